@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# setup.sh — install every Debian package phasescope needs, idempotently.
+# Called by both README commands (scripts/run-main.sh, scripts/test.sh); safe to run again.
+# Not a build script: building is CMake's job (scripts/build.sh).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libtorch-dev            # PyTorch 1.13 C++ API: tensors + autograd
+  libopenblas0-openmp     # without it libtorch's matmuls use the slow reference BLAS
+  nlohmann-json3-dev      # JSON configs, journals, checkpoint headers
+  libcli11-dev            # CLI parsing
+  libfmt-dev              # formatting
+  libgtest-dev libgmock-dev  # tests (ctest)
+  libbenchmark-dev        # bench/
+  gnuplot-nox             # plots (PNG via the pngcairo terminal)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

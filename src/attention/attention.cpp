@@ -1,0 +1,384 @@
+// attention.cpp — batched libtorch attention zoo (see attention.h for the contract and
+// config.h for the position conventions). Shapes are written next to every tensor.
+#include "attention/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+
+namespace phasescope {
+
+using torch::indexing::Slice;
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto y = x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight.defined() ? y * weight : y;
+}
+
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, int dims, double theta, int sign) {
+  if (dims == 0) return x;
+  const int64_t Dh = x.size(-1), half = dims / 2;
+  auto dopt = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
+  auto inv_freq = torch::pow(theta, -2.0 * torch::arange(half, dopt) / double(dims));     // [half]
+  auto ang = pos.to(dopt).unsqueeze(1) * inv_freq.unsqueeze(0) * double(sign);           // [T, half]
+  auto cos = ang.cos().to(x.dtype()).view({1, -1, 1, half});
+  auto sin = ang.sin().to(x.dtype()).view({1, -1, 1, half});
+  auto rot = x.narrow(-1, Dh - dims, dims).unflatten(-1, {half, 2});                     // [B, T, h, half, 2]
+  auto a = rot.select(-1, 0), b = rot.select(-1, 1);
+  auto out = torch::stack({a * cos - b * sin, a * sin + b * cos}, -1).flatten(-2);         // [B, T, h, dims]
+  if (dims == Dh) return out;
+  return torch::cat({x.narrow(-1, 0, Dh - dims), out}, -1);
+}
+
+namespace {
+
+torch::Tensor matmul_wt(const torch::Tensor& x, const torch::Tensor& w) { return torch::matmul(x, w.t()); }
+
+// Softmax over the last dim restricted to `mask`; a row with nothing allowed gives all zeros.
+torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  auto s = scores.masked_fill(mask.logical_not(), ninf);
+  auto mx = std::get<0>(s.max(-1, /*keepdim=*/true)).detach();
+  mx = torch::where(torch::isfinite(mx), mx, torch::zeros_like(mx));
+  auto e = torch::exp(s - mx);
+  auto den = e.sum(-1, /*keepdim=*/true);
+  return e / torch::where(den > 0, den, torch::ones_like(den));
+}
+
+// How the raw (uncompressed) tokens are chosen for each query.
+struct LocalSpec {
+  int64_t block = 1;         // L: queries are processed in blocks of L against keys of this and the previous block
+  int64_t window = 0;        // w: keys with q - w < k <= q (0 = no raw tokens, unless tail)
+  bool all = false;          // full attention: every earlier token
+  torch::Tensor cover_end;   // tail mode: [T] int64, a raw key must have position > cover_end[q]
+};
+
+// One joint softmax over raw tokens (block-local), compressed entries and the sink.
+//   q:  [B, T, H, D]        k, v: [B, T, Hkv, D]      (raw tokens at pos0 + t)
+//   kc, vc: [B, N, Hkv, D]  entry_last: [N] int64      (entry n visible to p iff entry_last[n] <= p)
+//   entry_mask: [B, T, N] bool or undefined (indexer selection)
+//   sink: [H] or undefined. Returns [B, T, H, D].
+torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const torch::Tensor& kc, const torch::Tensor& vc, const torch::Tensor& entry_last,
+                              const torch::Tensor& entry_mask, const LocalSpec& local, const torch::Tensor& sink,
+                              int64_t pos0, AttnTrace* trace) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2), G = H / Hkv;
+  const int64_t L = std::max<int64_t>(1, std::min(local.block, T));
+  const int64_t nb = (T + L - 1) / L, Tp = nb * L, KB = nb > 1 ? 2 : 1;
+  const int64_t N = kc.defined() ? kc.size(1) : 0;
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+
+  // queries in blocks: [B, Hkv, nb, G, L, D]
+  auto qp = torch::constant_pad_nd(q, {0, 0, 0, 0, 0, Tp - T});
+  auto qb = qp.view({B, nb, L, Hkv, G, D}).permute({0, 3, 1, 4, 2, 5});
+
+  // raw keys/values of the previous and current block: [B, Hkv, nb, 1, KB*L, D]
+  auto blocks = [&](const torch::Tensor& t) {
+    auto tp = torch::constant_pad_nd(t, {0, 0, 0, 0, 0, Tp - T});                   // [B, Tp, Hkv, D]
+    auto cur = tp.view({B, nb, L, Hkv, D});
+    torch::Tensor kw = cur;
+    if (KB == 2) {
+      auto prev = torch::constant_pad_nd(tp.narrow(1, 0, Tp - L), {0, 0, 0, 0, L, 0}).view({B, nb, L, Hkv, D});
+      kw = torch::cat({prev, cur}, 2);                                               // [B, nb, 2L, Hkv, D]
+    }
+    return kw.permute({0, 3, 1, 2, 4}).unsqueeze(3);
+  };
+  auto kw = blocks(k), vw = blocks(v);
+  auto s_raw = torch::matmul(qb, kw.transpose(-1, -2)) * scale;                      // [B, Hkv, nb, G, L, KB*L]
+
+  // which raw key each query may see: [nb, L, KB*L] (broadcast over B, Hkv, G)
+  auto qi = (torch::arange(nb, iopt).view({nb, 1, 1}) * L + torch::arange(L, iopt).view({1, L, 1}));
+  auto ki = (torch::arange(nb, iopt).view({nb, 1, 1}) - (KB - 1)) * L + torch::arange(KB * L, iopt).view({1, 1, KB * L});
+  auto raw_ok = (ki >= 0) & (ki <= qi) & (qi < T);
+  if (local.cover_end.defined()) {
+    auto ce = torch::constant_pad_nd(local.cover_end, {0, Tp - T}).view({nb, L, 1});
+    raw_ok = raw_ok & (ki + pos0 > ce);
+  } else if (!local.all) {
+    raw_ok = raw_ok & (qi - ki < local.window);
+  }
+  std::vector<torch::Tensor> parts = {s_raw};
+  std::vector<torch::Tensor> masks = {raw_ok.view({1, 1, nb, 1, L, KB * L}).expand({B, Hkv, nb, G, L, KB * L})};
+
+  // compressed entries: scores [B, Hkv, nb, G, L, N], visible iff entry_last <= query position
+  torch::Tensor vcb;
+  if (N > 0) {
+    auto kcb = kc.permute({0, 2, 3, 1}).view({B, Hkv, 1, 1, D, N});
+    vcb = vc.permute({0, 2, 1, 3}).view({B, Hkv, 1, 1, N, D});
+    parts.push_back(torch::matmul(qb, kcb) * scale);
+    auto vis = entry_last.view({1, 1, N}) <= (qi + pos0);                            // [nb, L, N]
+    auto cm = vis.view({1, 1, nb, 1, L, N}).expand({B, Hkv, nb, G, L, N});
+    if (entry_mask.defined()) {
+      auto em = torch::constant_pad_nd(entry_mask.to(torch::kInt64), {0, 0, 0, Tp - T}).to(torch::kBool);
+      cm = cm & em.view({B, 1, nb, 1, L, N});
+    }
+    masks.push_back(cm);
+  }
+  if (sink.defined()) {
+    parts.push_back(sink.view({1, Hkv, 1, G, 1, 1}).expand({B, Hkv, nb, G, L, 1}));
+    masks.push_back(torch::ones({B, Hkv, nb, G, L, 1}, iopt.dtype(torch::kBool)));
+  }
+  auto p = masked_softmax(torch::cat(parts, -1), torch::cat(masks, -1));
+  auto p_raw = p.narrow(-1, 0, KB * L);
+  auto o = torch::matmul(p_raw, vw);                                                  // [B, Hkv, nb, G, L, D]
+  if (N > 0) o = o + torch::matmul(p.narrow(-1, KB * L, N), vcb);
+
+  if (trace) {
+    auto to_bhtx = [&](const torch::Tensor& t) {  // [B, Hkv, nb, G, L, X] -> [B, H, T, X]
+      return t.permute({0, 1, 3, 2, 4, 5}).reshape({B, H, Tp, t.size(-1)}).narrow(2, 0, T);
+    };
+    if (N > 0) trace->entry_prob = to_bhtx(p.narrow(-1, KB * L, N)).detach();
+    auto dense = torch::zeros({B, H, T, T}, q.options());
+    auto pr = to_bhtx(p_raw).detach();                                                  // [B, H, T, KB*L]
+    auto kidx = ki.expand({nb, L, KB * L}).reshape({Tp, KB * L}).narrow(0, 0, T);  // key index per slot
+    auto valid = (kidx >= 0) & (kidx < T);
+    auto kclamped = kidx.clamp(0, T - 1).view({1, 1, T, KB * L}).expand({B, H, T, KB * L});
+    dense.scatter_add_(3, kclamped, pr * valid.view({1, 1, T, KB * L}).to(pr.dtype()));
+    trace->raw_prob = dense;
+  }
+  return o.permute({0, 2, 4, 1, 3, 5}).reshape({B, Tp, H, D}).narrow(1, 0, T);
+}
+
+// Apply one map per in-window offset: xg [B, N, W, d], w [Hkv, W, R, d] -> [B, N, W, Hkv, R].
+torch::Tensor per_offset_apply(const torch::Tensor& xg, const torch::Tensor& w) {
+  const int64_t B = xg.size(0), N = xg.size(1), W = xg.size(2), d = xg.size(3);
+  const int64_t Hkv = w.size(0), R = w.size(2);
+  auto xw = xg.permute({2, 0, 1, 3}).reshape({W, B * N, d});                          // [W, B*N, d]
+  auto ww = w.permute({1, 3, 0, 2}).reshape({W, d, Hkv * R});                          // [W, d, Hkv*R]
+  return torch::bmm(xw, ww).view({W, B, N, Hkv, R}).permute({1, 2, 0, 3, 4});
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The module
+
+AttentionImpl::AttentionImpl(const AttnConfig& cfg) : cfg_(cfg) {
+  attn_config_validate(cfg_, "attention config");
+  for (const ParamSpec& s : attn_param_specs(cfg_)) {
+    torch::Tensor t;
+    switch (s.init) {
+      case InitKind::Normal: t = torch::randn(s.shape) * s.std; break;
+      case InitKind::Ones: t = torch::ones(s.shape); break;
+      case InitKind::Zeros: t = torch::zeros(s.shape); break;
+    }
+    params_[s.name] = register_parameter(s.name, t);
+  }
+}
+
+torch::Tensor& AttentionImpl::param(const std::string& name) {
+  auto it = params_.find(name);
+  if (it == params_.end()) fail("attention", "no parameter '" + name + "' for kind " + attn_kind_name(cfg_.kind), "");
+  return it->second;
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, AttnTrace* trace) {
+  PS_ASSERT(x.dim() == 3 && x.size(2) == cfg_.d_model, "attention input must be [B, T, d_model]");
+  PS_ASSERT(pos0 >= 0, "pos0 must be >= 0");
+  switch (cfg_.kind) {
+    case AttnKind::Full:
+    case AttnKind::Window:
+    case AttnKind::Chunked: return forward_mha(x, pos0, trace);
+    case AttnKind::DsCsa:
+    case AttnKind::DsHca:
+    case AttnKind::DsCsa2: return forward_ds(x, pos0, trace);
+  }
+  return {};
+}
+
+torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace) {
+  const AttnConfig& c = cfg_;
+  const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  auto pos = torch::arange(pos0, pos0 + T, iopt);                                      // [T]
+  auto qn = c.qk_norm ? param("q_norm") : torch::Tensor();
+  auto kn = c.qk_norm ? param("k_norm") : torch::Tensor();
+  auto rms_norm_opt = [&](const torch::Tensor& t, const torch::Tensor& w) {  // Q/K norm only when configured
+    return w.defined() ? rms_norm(t, w, c.norm_eps) : t;
+  };
+
+  // raw projections: q [B, T, H, D], k / v [B, T, Hkv, D]
+  auto q = rope_apply(rms_norm_opt(matmul_wt(x, param("wq")).view({B, T, H, D}), qn), pos, attn_rope_dims(c), c.rope_theta);
+  auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos, attn_rope_dims(c), c.rope_theta);
+  auto v = matmul_wt(x, param("wv")).view({B, T, Hkv, D});
+
+  LocalSpec local;
+  torch::Tensor kc, vc, entry_last;
+  if (c.kind == AttnKind::Full) {
+    local.all = true;
+    local.block = T;
+  } else {
+    local.window = c.window;
+    local.block = std::max(1, c.window);
+  }
+
+  if (c.kind == AttnKind::Chunked) {
+    // entries j = j0 .. j0+N-1 with j*S >= pos0 and j*S + W - 1 <= pos0 + T - 1
+    const int64_t S = c.S, W = c.W;
+    const int64_t j0 = (pos0 + S - 1) / S;
+    const int64_t last_j = (pos0 + T - W) >= 0 ? (pos0 + T - W) / S : -1;
+    const int64_t N = std::max<int64_t>(0, last_j - j0 + 1);
+    if (N > 0) {
+      auto jj = torch::arange(j0, j0 + N, iopt);                                       // [N]
+      auto tok = jj.view({N, 1}) * S + torch::arange(W, iopt).view({1, W}) - pos0;      // [N, W] token index
+      auto xg = x.index({Slice(), tok});                                               // [B, N, W, d]
+      auto pool = [&](const std::string& br, AttnTrace* tr) {
+        torch::Tensor payload;                                                         // [B, N, W, Hkv, D]
+        if (c.per_offset_payload) payload = per_offset_apply(xg, param(br + "_payload"));
+        else payload = matmul_wt(xg, param(br + "_payload").reshape({Hkv * D, c.d_model})).view({B, N, W, Hkv, D});
+        torch::Tensor alpha;                                                           // [B, N, W, Hkv, 1 or D]
+        if (c.gate == GateKind::Uniform) {
+          alpha = torch::full({1, 1, W, 1, 1}, 1.0 / double(W), x.options()).expand({B, N, W, Hkv, 1});
+        } else {
+          auto zw = param(br + "_gate_w");
+          if (c.gate == GateKind::Scalar) zw = zw.unsqueeze(2);                        // [Hkv, W, 1, d]
+          auto logits = per_offset_apply(xg, zw);                                      // [B, N, W, Hkv, 1 or D]
+          if (c.gate_bias) {
+            auto b = param(br + "_gate_b");                                            // [Hkv, W] or [Hkv, W, D]
+            b = c.gate == GateKind::Scalar ? b.t().unsqueeze(-1) : b.permute({1, 0, 2});
+            logits = logits + b;
+          }
+          alpha = torch::softmax(logits, 2);
+        }
+        if (tr) tr->gate_alpha = alpha.detach();
+        return (alpha * payload).sum(2);                                               // [B, N, Hkv, D]
+      };
+      kc = rope_apply(rms_norm_opt(pool("ck", trace), kn), jj * S, attn_comp_rope_dims(c), c.rope_theta);
+      vc = c.tied_kv ? kc : pool("cv", nullptr);
+      entry_last = jj * S + W - 1;
+      if (trace) trace->entry_start = jj * S;
+    }
+    if (c.uncompressed_tail) {
+      // last token covered by a visible entry: latest j with j*S + W - 1 <= p, if j >= j0
+      auto p = pos.to(torch::kFloat64);
+      auto jl = torch::floor((p - double(W - 1)) / double(S)).to(torch::kInt64);       // [T]
+      local.cover_end = torch::where(jl >= j0, jl * S + W - 1, torch::full_like(jl, pos0 - 1));
+      local.block = W + S - 1;  // the tail never exceeds W + S - 2 tokens before the query
+      local.window = 0;
+    }
+  }
+
+  auto sink = c.sink ? param("sink") : torch::Tensor();
+  auto o = joint_attention(q, k, v, kc, vc, entry_last, torch::Tensor(), local, sink, pos0, trace);
+  return matmul_wt(o.reshape({B, T, H * D}), param("wo"));
+}
+
+// DeepSeek V4 compressor (prefix "comp_" or "idx_comp_"), output `width` dims per entry.
+// a = Wkv x, z = Wgate x + ape[p mod m]: [B, T, kappa*width]. Entry j pools per channel the m
+// tokens of block j through the C half and, when overlapping, block j-1 through the P half
+// (tokens before pos0 are absent: logit -inf). Then RMSNorm and RoPE at j*m.
+// Returns [B, N, 1, width]; starts [N] = j*m.
+static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& x, int64_t pos0,
+                                 const std::string& pre, int64_t width, int rope_dims, torch::Tensor* starts) {
+  const int64_t B = x.size(0), T = x.size(1), m = c.ratio;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  const int64_t j0 = (pos0 + m - 1) / m, j1 = (pos0 + T) / m - 1, N = std::max<int64_t>(0, j1 - j0 + 1);
+  if (N == 0) return torch::Tensor();
+  auto a = matmul_wt(x, mod.param(pre + "wkv"));                                          // [B, T, kappa*width]
+  auto z = matmul_wt(x, mod.param(pre + "wgate"));                                        // [B, T, kappa*width]
+  if (c.offset_bias) z = z + mod.param(pre + "ape").index({torch::remainder(torch::arange(pos0, pos0 + T, iopt), m)});
+  auto jj = torch::arange(j0, j0 + N, iopt);                                           // [N]
+  auto cur = jj.view({N, 1}) * m + torch::arange(m, iopt).view({1, m}) - pos0;         // [N, m] token index
+  const int64_t ch = c.overlap ? width : 0;                                            // C half offset
+  auto feat = a.narrow(-1, ch, width).index({Slice(), cur});                           // [B, N, m, width]
+  auto logit = z.narrow(-1, ch, width).index({Slice(), cur});                          // [B, N, m, width]
+  if (c.overlap) {
+    auto prev = cur - m;                                                               // [N, m]
+    auto present = (prev >= 0).view({1, N, m, 1});
+    auto pc = prev.clamp_min(0);
+    auto pf = a.narrow(-1, 0, width).index({Slice(), pc});
+    auto pl = z.narrow(-1, 0, width).index({Slice(), pc}).masked_fill(present.logical_not(),
+                                                                     -std::numeric_limits<double>::infinity());
+    feat = torch::cat({pf, feat}, 2L);                                                  // [B, N, 2m, width]
+    logit = torch::cat({pl, logit}, 2L);
+  }
+  auto pooled = (torch::softmax(logit, 2) * feat).sum(2);                              // [B, N, width]
+  pooled = rms_norm(pooled, mod.param(pre + "norm"), c.norm_eps).unsqueeze(2);         // [B, N, 1, width]
+  if (starts) *starts = jj * m;
+  return rope_apply(pooled, jj * m, rope_dims, c.rope_theta);
+}
+
+torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace) {
+  const AttnConfig& c = cfg_;
+  const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.head_dim;
+  const int rd = attn_rope_dims(c);
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  auto pos = torch::arange(pos0, pos0 + T, iopt);                                      // [T]
+
+  // query: x -> W_qa -> RMSNorm -> W_qb, per-head RMS (V4 only), RoPE: [B, T, H, D]
+  auto qa = rms_norm(matmul_wt(x, param("wq_a")), param("q_a_norm"), c.norm_eps);          // [B, T, q_rank]
+  auto q = matmul_wt(qa, param("wq_b")).view({B, T, H, D});
+  if (c.q_head_norm) q = rms_norm(q, torch::Tensor(), c.norm_eps);
+  q = rope_apply(q, pos, rd, c.rope_theta);
+
+  // one latent per token, both key and value: [B, T, 1, D]
+  auto lat = rope_apply(rms_norm(matmul_wt(x, param("wkv")), param("kv_norm"), c.norm_eps).unsqueeze(2), pos, rd,
+                        c.rope_theta);
+
+  // compressed entries [B, N, 1, D], visible iff (j+1)*m - 1 <= p
+  torch::Tensor starts;
+  auto kc = ds_compress(*this, c, x, pos0, "comp_", D, rd, &starts);
+  torch::Tensor entry_last, entry_mask;
+  if (kc.defined()) {
+    const int64_t N = kc.size(1);
+    entry_last = starts + c.ratio - 1;
+    if (trace) trace->entry_start = starts;
+    if (c.index_topk > 0) {
+      // indexer: I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j), top-min(k, visible) per query
+      const int64_t HI = c.index_heads, DI = c.index_dim;
+      auto qi = rope_apply(matmul_wt(qa, param("idx_wq_b")).view({B, T, HI, DI}), pos, c.index_rope_dims, c.rope_theta);
+      auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", DI, c.index_rope_dims, nullptr).squeeze(2);  // [B, N, DI]
+      auto w = matmul_wt(x, param("idx_ww")) * (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
+      torch::NoGradGuard no_grad;  // the selection is discrete; the LM loss does not train the indexer
+      auto score = torch::zeros({B, T, N}, x.options());
+      for (int64_t h = 0; h < HI; ++h)
+        score = score + w.select(2, h).unsqueeze(-1) * torch::relu(torch::matmul(qi.select(2, h), ki.transpose(1, 2)));
+      auto vis = entry_last.view({1, N}) <= pos.view({T, 1});                          // [T, N]
+      score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+      auto order = std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
+      auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                         // [T]
+      auto take = (torch::arange(N, iopt).view({1, N}) < keep.view({T, 1})).unsqueeze(0).expand({B, T, N});
+      entry_mask = torch::zeros({B, T, N}, iopt.dtype(torch::kBool)).scatter(-1, order, take);
+    }
+  }
+
+  LocalSpec local;
+  local.window = c.window;
+  local.block = std::max(1, c.window);
+  auto sink = c.sink ? param("sink") : torch::Tensor();
+  auto o = joint_attention(q, lat, lat, kc, kc, entry_last, entry_mask, local, sink, pos0, trace);  // [B, T, H, D]
+  o = rope_apply(o, pos, rd, c.rope_theta, /*sign=*/-1);  // de-rotate the output's rotary dims
+  return matmul_wt(o.reshape({B, T, H * D}), param("wo"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameter exchange with the reference
+
+RefParams attention_export(AttentionImpl& module) {
+  RefParams out;
+  for (const auto& item : module.named_parameters()) {
+    auto t = item.value().detach().to(torch::kCPU, torch::kFloat64).contiguous();
+    RefTensor r;
+    r.shape = t.sizes().vec();
+    r.data.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+    out[item.key()] = std::move(r);
+  }
+  return out;
+}
+
+void attention_import(AttentionImpl& module, const RefParams& params) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    auto it = params.find(item.key());
+    if (it == params.end()) fail("attention_import", "missing parameter '" + item.key() + "'", "export from the same config");
+    auto src = torch::tensor(it->second.data, torch::kFloat64).view(it->second.shape);
+    PS_ASSERT(src.sizes() == item.value().sizes(), "shape mismatch for " + item.key());
+    item.value().copy_(src);
+  }
+}
+
+}  // namespace phasescope

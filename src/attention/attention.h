@@ -1,0 +1,59 @@
+// attention.h — the batched libtorch implementation of every attention kind (one module, one
+// switch on AttnKind). Differentiable, any dtype (tests run it in fp64 against the reference).
+// Memory and time of the compressed kinds grow as T x (w + T/S): the local window is computed in
+// blocks of L tokens against the current and previous block, the compressed entries as a T x N
+// score matrix; no T x T mask is ever built except for `full` itself.
+// Not here: the loop oracle (reference.h), the decoder around it (model/), KV caching for decode.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "attention/config.h"
+#include "attention/reference.h"
+
+namespace phasescope {
+
+// Optional diagnostics of one forward pass (tests, interp/). Filling it costs extra memory.
+struct AttnTrace {
+  torch::Tensor entry_prob;   // [B, H, T, N] softmax mass on each compressed entry (0 = not attended)
+  torch::Tensor entry_start;  // [N] absolute first-token position of each entry (its RoPE position)
+  torch::Tensor raw_prob;     // [B, H, T, T] softmax mass on each raw token (dense; small T only)
+  torch::Tensor gate_alpha;   // chunked: [B, N, W, Hkv, 1 or D] key-branch gate weights per window
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const AttnConfig& cfg);
+
+  // x: [B, T, d] hidden states at absolute positions pos0 .. pos0+T-1. Returns [B, T, d].
+  torch::Tensor forward(const torch::Tensor& x, int64_t pos0 = 0, AttnTrace* trace = nullptr);
+
+  const AttnConfig& config() const { return cfg_; }
+  torch::Tensor& param(const std::string& name);  // throws if this config has no such parameter
+
+ private:
+  torch::Tensor forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
+  torch::Tensor forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
+
+  AttnConfig cfg_;
+  std::map<std::string, torch::Tensor> params_;
+};
+TORCH_MODULE(Attention);
+
+// fp64 copies of the module's parameters for the reference, and the way back (tests set weights).
+RefParams attention_export(AttentionImpl& module);
+void attention_import(AttentionImpl& module, const RefParams& params);
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks, exposed for the model and for tests.
+
+// RMSNorm over the last dim; weight may be undefined (no learned scale).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// RoPE on the last `dims` channels of x [B, T, heads, Dh], interleaved pairs, at positions
+// pos [T] (absolute, int64); sign = -1 rotates back (DeepSeek's output de-rotation).
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, int dims, double theta, int sign = 1);
+
+}  // namespace phasescope

@@ -1,0 +1,326 @@
+// config.cpp — defaults, validation, names, JSON and the parameter inventory of attention configs.
+// See config.h for the conventions. No tensor code here.
+#include "attention/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "core/check.h"
+
+namespace phasescope {
+
+using json = nlohmann::json;
+
+AttnConfig attn_config_default(AttnKind kind) {
+  AttnConfig c;
+  c.kind = kind;
+  switch (kind) {
+    case AttnKind::Full:
+    case AttnKind::Window:
+    case AttnKind::Chunked:
+      break;
+    case AttnKind::DsCsa:  // V4 CSA: m = 4 with the overlapping half, indexer on, V4 query head norm
+      c.n_kv_heads = 1;
+      c.ratio = 4;
+      c.overlap = true;
+      c.offset_bias = true;
+      c.q_head_norm = true;
+      c.index_topk = 8;
+      c.sink = true;
+      c.rope_dims = 8;
+      break;
+    case AttnKind::DsHca:  // V4 HCA: ratio 128 in V4; 16 at toy scale, dense over visible entries
+      c.n_kv_heads = 1;
+      c.ratio = 16;
+      c.overlap = false;
+      c.offset_bias = true;
+      c.q_head_norm = true;
+      c.index_topk = 0;
+      c.sink = true;
+      c.rope_dims = 8;
+      break;
+    case AttnKind::DsCsa2:  // V4.1 CSA2: ratio 2, no overlap, no ape, no query head norm
+      c.n_kv_heads = 1;
+      c.ratio = 2;
+      c.overlap = false;
+      c.offset_bias = false;
+      c.q_head_norm = false;
+      c.index_topk = 0;
+      c.sink = true;
+      c.rope_dims = 8;
+      break;
+  }
+  return c;
+}
+
+std::string attn_kind_name(AttnKind kind) {
+  switch (kind) {
+    case AttnKind::Full: return "full";
+    case AttnKind::Window: return "window";
+    case AttnKind::Chunked: return "chunked";
+    case AttnKind::DsCsa: return "dsv4-csa";
+    case AttnKind::DsHca: return "hca";
+    case AttnKind::DsCsa2: return "v41-csa2";
+  }
+  return "?";
+}
+
+std::vector<AttnKind> attn_all_kinds() {
+  return {AttnKind::Full, AttnKind::Window, AttnKind::Chunked, AttnKind::DsCsa, AttnKind::DsHca, AttnKind::DsCsa2};
+}
+
+AttnKind attn_kind_parse(const std::string& name, const std::string& where) {
+  for (AttnKind k : attn_all_kinds())
+    if (attn_kind_name(k) == name) return k;
+  fail(where, "unknown attention kind '" + name + "'",
+       "use one of full, window, chunked, dsv4-csa, hca, v41-csa2");
+}
+
+std::string gate_kind_name(GateKind kind) {
+  switch (kind) {
+    case GateKind::Scalar: return "scalar";
+    case GateKind::Vector: return "vector";
+    case GateKind::Uniform: return "uniform";
+  }
+  return "?";
+}
+
+GateKind gate_kind_parse(const std::string& name, const std::string& where) {
+  for (GateKind k : {GateKind::Scalar, GateKind::Vector, GateKind::Uniform})
+    if (gate_kind_name(k) == name) return k;
+  fail(where, "unknown gate kind '" + name + "'", "use one of scalar, vector, uniform");
+}
+
+bool attn_is_ds(const AttnConfig& c) {
+  return c.kind == AttnKind::DsCsa || c.kind == AttnKind::DsHca || c.kind == AttnKind::DsCsa2;
+}
+
+int attn_rope_dims(const AttnConfig& c) { return c.rope_dims < 0 ? c.head_dim : c.rope_dims; }
+
+int attn_comp_rope_dims(const AttnConfig& c) {
+  return c.comp_rope_dims < 0 ? attn_rope_dims(c) : c.comp_rope_dims;
+}
+
+int attn_stride(const AttnConfig& c) {
+  if (c.kind == AttnKind::Chunked) return c.S;
+  if (attn_is_ds(c)) return c.ratio;
+  return 0;
+}
+
+bool attn_is_compressed(const AttnConfig& c) { return attn_stride(c) > 0; }
+
+void attn_config_validate(const AttnConfig& c, const std::string& where) {
+  auto need = [&](bool ok, const std::string& field, const std::string& what, const std::string& fix) {
+    if (!ok) fail(where + " field '" + field + "'", what, fix);
+  };
+  need(c.d_model > 0, "d_model", "must be positive", "set d_model to e.g. 64");
+  need(c.n_heads > 0, "n_heads", "must be positive", "set n_heads to e.g. 4");
+  need(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "n_kv_heads",
+       "must be positive and divide n_heads (" + std::to_string(c.n_heads) + ")", "use 1 (MQA) or a divisor of n_heads");
+  need(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim", "must be positive and even", "set head_dim to e.g. 16");
+  int rd = attn_rope_dims(c);
+  need(rd >= 0 && rd <= c.head_dim && rd % 2 == 0, "rope_dims",
+       "must be -1 (all), 0 (none) or an even number <= head_dim", "e.g. rope_dims = 16");
+  need(c.rope_theta > 0, "rope_theta", "must be positive", "e.g. 10000");
+  need(c.window >= 0, "window", "must be >= 0", "e.g. window = 16");
+  need(c.norm_eps > 0, "norm_eps", "must be positive", "e.g. 1e-6");
+
+  if (c.kind == AttnKind::Window)
+    need(c.window >= 1, "window", "window attention needs window >= 1", "e.g. window = 16");
+  if (c.kind == AttnKind::Chunked) {
+    need(c.S >= 1, "S", "stride must be >= 1", "e.g. S = 8");
+    need(c.W >= c.S, "W", "window W must be >= stride S (W > S overlaps)", "e.g. W = S = 8");
+    int crd = attn_comp_rope_dims(c);
+    need(crd >= 0 && crd <= c.head_dim && crd % 2 == 0, "comp_rope_dims",
+         "must be -1 (as rope_dims), 0 or an even number <= head_dim", "e.g. comp_rope_dims = 16");
+  }
+  if (attn_is_ds(c)) {
+    need(c.n_kv_heads == 1, "n_kv_heads", "DeepSeek kinds share one latent (MQA)", "set n_kv_heads = 1");
+    need(c.ratio >= 1, "ratio", "must be >= 1", "e.g. ratio = 4");
+    need(c.window >= c.ratio - 1, "window",
+         "must be >= ratio - 1, or tokens of the open block are reachable by nothing",
+         "raise window to at least " + std::to_string(c.ratio - 1));
+    need(c.q_rank > 0, "q_rank", "must be positive", "e.g. q_rank = 32");
+    need(c.index_topk >= 0, "index_topk", "must be >= 0", "0 = dense, k > 0 = indexer keeps top-k");
+    if (c.index_topk > 0) {
+      need(c.index_heads > 0, "index_heads", "must be positive", "e.g. index_heads = 4");
+      need(c.index_dim > 0 && c.index_dim % 2 == 0, "index_dim", "must be positive and even", "e.g. 16");
+      need(c.index_rope_dims >= 0 && c.index_rope_dims <= c.index_dim && c.index_rope_dims % 2 == 0,
+           "index_rope_dims", "must be an even number <= index_dim", "e.g. index_rope_dims = 8");
+    }
+    if (c.kind == AttnKind::DsHca) {
+      need(!c.overlap, "overlap", "HCA does not overlap blocks", "set overlap = false or kind = dsv4-csa");
+      need(c.index_topk == 0, "index_topk", "HCA is dense over visible entries (no indexer)", "set index_topk = 0");
+    }
+    if (c.kind == AttnKind::DsCsa2) {
+      need(!c.overlap, "overlap", "V4.1 CSA2 has no overlap", "set overlap = false");
+      need(!c.offset_bias, "offset_bias", "V4.1 CSA2 has no offset bias (ape)", "set offset_bias = false");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON: one table of fields, used by both directions so they cannot drift apart.
+
+namespace {
+
+struct Field {
+  std::function<json(const AttnConfig&)> get;
+  std::function<void(AttnConfig&, const json&, const std::string&)> set;
+};
+
+template <typename T>
+Field field_of(T AttnConfig::*member, const char* type_name) {
+  Field f;
+  f.get = [member](const AttnConfig& c) { return json(c.*member); };
+  f.set = [member, type_name](AttnConfig& c, const json& v, const std::string& where) {
+    bool ok = false;
+    if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+    else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+    else ok = v.is_number();
+    if (!ok) fail(where, "expected " + std::string(type_name) + ", got " + v.dump(), "write a " + std::string(type_name));
+    c.*member = v.get<T>();
+  };
+  return f;
+}
+
+const std::map<std::string, Field>& field_table() {
+  static const std::map<std::string, Field> table = [] {
+    std::map<std::string, Field> t;
+    t["d_model"] = field_of(&AttnConfig::d_model, "integer");
+    t["n_heads"] = field_of(&AttnConfig::n_heads, "integer");
+    t["n_kv_heads"] = field_of(&AttnConfig::n_kv_heads, "integer");
+    t["head_dim"] = field_of(&AttnConfig::head_dim, "integer");
+    t["rope_theta"] = field_of(&AttnConfig::rope_theta, "number");
+    t["rope_dims"] = field_of(&AttnConfig::rope_dims, "integer");
+    t["qk_norm"] = field_of(&AttnConfig::qk_norm, "boolean");
+    t["sink"] = field_of(&AttnConfig::sink, "boolean");
+    t["window"] = field_of(&AttnConfig::window, "integer");
+    t["norm_eps"] = field_of(&AttnConfig::norm_eps, "number");
+    t["W"] = field_of(&AttnConfig::W, "integer");
+    t["S"] = field_of(&AttnConfig::S, "integer");
+    t["gate_bias"] = field_of(&AttnConfig::gate_bias, "boolean");
+    t["per_offset_payload"] = field_of(&AttnConfig::per_offset_payload, "boolean");
+    t["tied_kv"] = field_of(&AttnConfig::tied_kv, "boolean");
+    t["comp_rope_dims"] = field_of(&AttnConfig::comp_rope_dims, "integer");
+    t["uncompressed_tail"] = field_of(&AttnConfig::uncompressed_tail, "boolean");
+    t["ratio"] = field_of(&AttnConfig::ratio, "integer");
+    t["overlap"] = field_of(&AttnConfig::overlap, "boolean");
+    t["offset_bias"] = field_of(&AttnConfig::offset_bias, "boolean");
+    t["q_rank"] = field_of(&AttnConfig::q_rank, "integer");
+    t["q_head_norm"] = field_of(&AttnConfig::q_head_norm, "boolean");
+    t["index_topk"] = field_of(&AttnConfig::index_topk, "integer");
+    t["index_heads"] = field_of(&AttnConfig::index_heads, "integer");
+    t["index_dim"] = field_of(&AttnConfig::index_dim, "integer");
+    t["index_rope_dims"] = field_of(&AttnConfig::index_rope_dims, "integer");
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+std::string attn_config_to_json(const AttnConfig& c) {
+  json j;
+  j["kind"] = attn_kind_name(c.kind);
+  j["gate"] = gate_kind_name(c.gate);
+  for (const auto& [name, f] : field_table()) j[name] = f.get(c);
+  return j.dump();
+}
+
+AttnConfig attn_config_from_json(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(where, std::string("not valid JSON (") + e.what() + ")", "check the attention config's syntax");
+  }
+  if (!j.is_object()) fail(where, "attention config must be a JSON object", "write {\"kind\": \"chunked\", ...}");
+  if (!j.contains("kind") || !j["kind"].is_string())
+    fail(where + " field 'kind'", "missing or not a string", "add \"kind\": \"full\" (or window, chunked, dsv4-csa, hca, v41-csa2)");
+  AttnConfig c = attn_config_default(attn_kind_parse(j["kind"].get<std::string>(), where + " field 'kind'"));
+  const auto& table = field_table();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "kind") continue;
+    if (key == "gate") {
+      if (!it.value().is_string()) fail(where + " field 'gate'", "expected a string", "use scalar, vector or uniform");
+      c.gate = gate_kind_parse(it.value().get<std::string>(), where + " field 'gate'");
+      continue;
+    }
+    auto f = table.find(key);
+    if (f == table.end()) fail(where + " field '" + key + "'", "unknown field", "remove it or check its spelling");
+    f->second.set(c, it.value(), where + " field '" + key + "'");
+  }
+  attn_config_validate(c, where);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameter inventory.
+
+std::vector<ParamSpec> attn_param_specs(const AttnConfig& c) {
+  const int64_t d = c.d_model, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+  auto lin = [](const std::string& name, int64_t out, int64_t in) {
+    return ParamSpec{name, {out, in}, InitKind::Normal, 1.0 / std::sqrt(double(in))};
+  };
+  std::vector<ParamSpec> p;
+
+  if (!attn_is_ds(c)) {
+    p.push_back(lin("wq", H * D, d));
+    p.push_back(lin("wk", Hkv * D, d));
+    p.push_back(lin("wv", Hkv * D, d));
+    p.push_back(lin("wo", d, H * D));
+    if (c.qk_norm) {
+      p.push_back({"q_norm", {D}, InitKind::Ones});
+      p.push_back({"k_norm", {D}, InitKind::Ones});
+    }
+    if (c.sink) p.push_back({"sink", {H}, InitKind::Zeros});
+    if (c.kind == AttnKind::Chunked) {
+      const int64_t W = c.W;
+      const double s_in = 1.0 / std::sqrt(double(d));
+      std::vector<std::string> branches = {"ck"};
+      if (!c.tied_kv) branches.push_back("cv");
+      for (const auto& b : branches) {
+        if (c.gate == GateKind::Scalar) {
+          p.push_back({b + "_gate_w", {Hkv, W, d}, InitKind::Normal, s_in});
+          if (c.gate_bias) p.push_back({b + "_gate_b", {Hkv, W}, InitKind::Zeros});
+        } else if (c.gate == GateKind::Vector) {
+          p.push_back({b + "_gate_w", {Hkv, W, D, d}, InitKind::Normal, s_in});
+          if (c.gate_bias) p.push_back({b + "_gate_b", {Hkv, W, D}, InitKind::Zeros});
+        }
+        if (c.per_offset_payload) p.push_back({b + "_payload", {Hkv, W, D, d}, InitKind::Normal, s_in});
+        else p.push_back({b + "_payload", {Hkv, D, d}, InitKind::Normal, s_in});
+      }
+    }
+    return p;
+  }
+
+  // DeepSeek family: low-rank query, one K = V latent, compressor (+ indexer with its own compressor).
+  const int64_t kappa = c.overlap ? 2 : 1, m = c.ratio;
+  p.push_back(lin("wq_a", c.q_rank, d));
+  p.push_back({"q_a_norm", {c.q_rank}, InitKind::Ones});
+  p.push_back(lin("wq_b", H * D, c.q_rank));
+  p.push_back(lin("wkv", D, d));
+  p.push_back({"kv_norm", {D}, InitKind::Ones});
+  p.push_back(lin("wo", d, H * D));
+  if (c.sink) p.push_back({"sink", {H}, InitKind::Zeros});
+  auto compressor = [&](const std::string& pre, int64_t width) {
+    p.push_back(lin(pre + "wkv", kappa * width, d));
+    p.push_back(lin(pre + "wgate", kappa * width, d));
+    if (c.offset_bias) p.push_back({pre + "ape", {m, kappa * width}, InitKind::Zeros});
+    p.push_back({pre + "norm", {width}, InitKind::Ones});
+  };
+  compressor("comp_", D);
+  if (c.index_topk > 0) {
+    p.push_back(lin("idx_wq_b", int64_t(c.index_heads) * c.index_dim, c.q_rank));
+    p.push_back(lin("idx_ww", c.index_heads, d));
+    compressor("idx_comp_", c.index_dim);
+  }
+  return p;
+}
+
+}  // namespace phasescope

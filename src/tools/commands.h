@@ -1,0 +1,11 @@
+// commands.h — one function per CLI subcommand; each adds itself to the app and, when chosen,
+// tells a short story over library calls. Logic lives in the library, never here.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace phasescope {
+
+void add_zoo_command(CLI::App& app);     // smoke run of the attention zoo (cmd_zoo.cpp)
+void add_theory_command(CLI::App& app);  // idealized retrieval model, gradient flow (cmd_theory.cpp)
+
+}  // namespace phasescope
