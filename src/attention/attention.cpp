@@ -381,4 +381,15 @@ void attention_import(AttentionImpl& module, const RefParams& params) {
   }
 }
 
+void attention_randomize(AttentionImpl& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    const std::string& n = item.key();
+    auto& p = item.value();
+    if (n.find("norm") != std::string::npos) p.copy_(1.0 + 0.1 * torch::randn_like(p));
+    else if (n == "sink" || n.find("_gate_b") != std::string::npos || n.find("ape") != std::string::npos)
+      p.copy_(0.5 * torch::randn_like(p));
+  }
+}
+
 }  // namespace phasescope

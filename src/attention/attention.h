@@ -46,6 +46,10 @@ TORCH_MODULE(Attention);
 RefParams attention_export(AttentionImpl& module);
 void attention_import(AttentionImpl& module, const RefParams& params);
 
+// Give biases, sinks and norm weights random values too (they start at 0 / 1), so comparisons
+// against the reference exercise every parameter. Uses torch's global generator.
+void attention_randomize(AttentionImpl& module);
+
 // ---------------------------------------------------------------------------------------------
 // Building blocks, exposed for the model and for tests.
 

@@ -39,18 +39,6 @@ std::string shape_of(const AttnConfig& c) {
   }
 }
 
-// Randomize every parameter (norm weights around 1) so the comparison exercises all of them.
-void randomize(AttentionImpl& m) {
-  torch::NoGradGuard g;
-  for (auto& p : m.named_parameters()) {
-    const std::string& n = p.key();
-    bool is_norm = n.find("norm") != std::string::npos;
-    if (is_norm) p.value().copy_(1.0 + 0.1 * torch::randn_like(p.value()));
-    else if (n == "sink" || n.find("_b") != std::string::npos || n.find("ape") != std::string::npos)
-      p.value().copy_(0.5 * torch::randn_like(p.value()));
-  }
-}
-
 }  // namespace
 
 std::vector<ZooRow> zoo_run(const ZooOptions& opt) {
@@ -64,7 +52,7 @@ std::vector<ZooRow> zoo_run(const ZooOptions& opt) {
 
     // correctness: fp64 batched vs the loop reference on one sequence
     Attention m(c);
-    randomize(*m);
+    attention_randomize(*m);
     m->to(torch::kFloat64);
     const int T = opt.check_tokens;
     auto x = torch::randn({1, T, c.d_model}, torch::kFloat64);
