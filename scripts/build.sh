@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# build.sh — configure and build everything (library, CLI, tests, benchmarks) into build/.
+# Assumes scripts/setup.sh has run. Uses Ninja and all cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
+cmake --build build -j"$(nproc)" "$@"
