@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <functional>
 #include <map>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 
 namespace phasescope {
 
@@ -167,55 +167,35 @@ void attn_config_validate(const AttnConfig& c, const std::string& where) {
 
 namespace {
 
-struct Field {
-  std::function<json(const AttnConfig&)> get;
-  std::function<void(AttnConfig&, const json&, const std::string&)> set;
-};
-
-template <typename T>
-Field field_of(T AttnConfig::*member, const char* type_name) {
-  Field f;
-  f.get = [member](const AttnConfig& c) { return json(c.*member); };
-  f.set = [member, type_name](AttnConfig& c, const json& v, const std::string& where) {
-    bool ok = false;
-    if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
-    else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
-    else ok = v.is_number();
-    if (!ok) fail(where, "expected " + std::string(type_name) + ", got " + v.dump(), "write a " + std::string(type_name));
-    c.*member = v.get<T>();
-  };
-  return f;
-}
-
-const std::map<std::string, Field>& field_table() {
-  static const std::map<std::string, Field> table = [] {
-    std::map<std::string, Field> t;
-    t["d_model"] = field_of(&AttnConfig::d_model, "integer");
-    t["n_heads"] = field_of(&AttnConfig::n_heads, "integer");
-    t["n_kv_heads"] = field_of(&AttnConfig::n_kv_heads, "integer");
-    t["head_dim"] = field_of(&AttnConfig::head_dim, "integer");
-    t["rope_theta"] = field_of(&AttnConfig::rope_theta, "number");
-    t["rope_dims"] = field_of(&AttnConfig::rope_dims, "integer");
-    t["qk_norm"] = field_of(&AttnConfig::qk_norm, "boolean");
-    t["sink"] = field_of(&AttnConfig::sink, "boolean");
-    t["window"] = field_of(&AttnConfig::window, "integer");
-    t["norm_eps"] = field_of(&AttnConfig::norm_eps, "number");
-    t["W"] = field_of(&AttnConfig::W, "integer");
-    t["S"] = field_of(&AttnConfig::S, "integer");
-    t["gate_bias"] = field_of(&AttnConfig::gate_bias, "boolean");
-    t["per_offset_payload"] = field_of(&AttnConfig::per_offset_payload, "boolean");
-    t["tied_kv"] = field_of(&AttnConfig::tied_kv, "boolean");
-    t["comp_rope_dims"] = field_of(&AttnConfig::comp_rope_dims, "integer");
-    t["uncompressed_tail"] = field_of(&AttnConfig::uncompressed_tail, "boolean");
-    t["ratio"] = field_of(&AttnConfig::ratio, "integer");
-    t["overlap"] = field_of(&AttnConfig::overlap, "boolean");
-    t["offset_bias"] = field_of(&AttnConfig::offset_bias, "boolean");
-    t["q_rank"] = field_of(&AttnConfig::q_rank, "integer");
-    t["q_head_norm"] = field_of(&AttnConfig::q_head_norm, "boolean");
-    t["index_topk"] = field_of(&AttnConfig::index_topk, "integer");
-    t["index_heads"] = field_of(&AttnConfig::index_heads, "integer");
-    t["index_dim"] = field_of(&AttnConfig::index_dim, "integer");
-    t["index_rope_dims"] = field_of(&AttnConfig::index_rope_dims, "integer");
+const JsonTable<AttnConfig>& field_table() {
+  static const JsonTable<AttnConfig> table = [] {
+    JsonTable<AttnConfig> t;
+    t["d_model"] = json_field(&AttnConfig::d_model);
+    t["n_heads"] = json_field(&AttnConfig::n_heads);
+    t["n_kv_heads"] = json_field(&AttnConfig::n_kv_heads);
+    t["head_dim"] = json_field(&AttnConfig::head_dim);
+    t["rope_theta"] = json_field(&AttnConfig::rope_theta);
+    t["rope_dims"] = json_field(&AttnConfig::rope_dims);
+    t["qk_norm"] = json_field(&AttnConfig::qk_norm);
+    t["sink"] = json_field(&AttnConfig::sink);
+    t["window"] = json_field(&AttnConfig::window);
+    t["norm_eps"] = json_field(&AttnConfig::norm_eps);
+    t["W"] = json_field(&AttnConfig::W);
+    t["S"] = json_field(&AttnConfig::S);
+    t["gate_bias"] = json_field(&AttnConfig::gate_bias);
+    t["per_offset_payload"] = json_field(&AttnConfig::per_offset_payload);
+    t["tied_kv"] = json_field(&AttnConfig::tied_kv);
+    t["comp_rope_dims"] = json_field(&AttnConfig::comp_rope_dims);
+    t["uncompressed_tail"] = json_field(&AttnConfig::uncompressed_tail);
+    t["ratio"] = json_field(&AttnConfig::ratio);
+    t["overlap"] = json_field(&AttnConfig::overlap);
+    t["offset_bias"] = json_field(&AttnConfig::offset_bias);
+    t["q_rank"] = json_field(&AttnConfig::q_rank);
+    t["q_head_norm"] = json_field(&AttnConfig::q_head_norm);
+    t["index_topk"] = json_field(&AttnConfig::index_topk);
+    t["index_heads"] = json_field(&AttnConfig::index_heads);
+    t["index_dim"] = json_field(&AttnConfig::index_dim);
+    t["index_rope_dims"] = json_field(&AttnConfig::index_rope_dims);
     return t;
   }();
   return table;
@@ -224,10 +204,9 @@ const std::map<std::string, Field>& field_table() {
 }  // namespace
 
 std::string attn_config_to_json(const AttnConfig& c) {
-  json j;
+  json j = json_dump(c, field_table());
   j["kind"] = attn_kind_name(c.kind);
   j["gate"] = gate_kind_name(c.gate);
-  for (const auto& [name, f] : field_table()) j[name] = f.get(c);
   return j.dump();
 }
 
@@ -242,19 +221,11 @@ AttnConfig attn_config_from_json(const std::string& text, const std::string& whe
   if (!j.contains("kind") || !j["kind"].is_string())
     fail(where + " field 'kind'", "missing or not a string", "add \"kind\": \"full\" (or window, chunked, dsv4-csa, hca, v41-csa2)");
   AttnConfig c = attn_config_default(attn_kind_parse(j["kind"].get<std::string>(), where + " field 'kind'"));
-  const auto& table = field_table();
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& key = it.key();
-    if (key == "kind") continue;
-    if (key == "gate") {
-      if (!it.value().is_string()) fail(where + " field 'gate'", "expected a string", "use scalar, vector or uniform");
-      c.gate = gate_kind_parse(it.value().get<std::string>(), where + " field 'gate'");
-      continue;
-    }
-    auto f = table.find(key);
-    if (f == table.end()) fail(where + " field '" + key + "'", "unknown field", "remove it or check its spelling");
-    f->second.set(c, it.value(), where + " field '" + key + "'");
+  if (j.contains("gate")) {
+    if (!j["gate"].is_string()) fail(where + " field 'gate'", "expected a string", "use scalar, vector or uniform");
+    c.gate = gate_kind_parse(j["gate"].get<std::string>(), where + " field 'gate'");
   }
+  json_apply(c, j, field_table(), where, {"kind", "gate"});
   attn_config_validate(c, where);
   return c;
 }

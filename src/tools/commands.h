@@ -6,6 +6,7 @@
 namespace phasescope {
 
 void add_zoo_command(CLI::App& app);     // smoke run of the attention zoo (cmd_zoo.cpp)
-void add_theory_command(CLI::App& app);  // idealized retrieval model, gradient flow (cmd_theory.cpp)
+void add_theory_command(CLI::App& app);
+void add_train_command(CLI::App& app);   // train a preset; list presets (cmd_train.cpp)  // idealized retrieval model, gradient flow (cmd_theory.cpp)
 
 }  // namespace phasescope

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"phasescope: find, explain and fix phase sensitivity in chunked KV-cache compression"};
   app.require_subcommand(1);
   phasescope::add_zoo_command(app);
+  phasescope::add_train_command(app);
   phasescope::add_theory_command(app);
 
   // run the chosen one

@@ -1,0 +1,160 @@
+// tasks.cpp — see tasks.h.
+#include "data/tasks.h"
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "core/check.h"
+
+namespace phasescope {
+
+Vocab task_vocab(const TaskConfig& cfg) {
+  Vocab v;
+  v.n_fillers = cfg.n_fillers;
+  v.n_keys = cfg.n_keys;
+  v.n_names = cfg.n_names;
+  v.bytes = true;
+  return v;
+}
+
+namespace {
+
+// Spread `total` filler tokens over `slots` slots uniformly at random (each token picks a slot).
+std::vector<int> spread(int total, int slots, std::mt19937_64& rng) {
+  std::vector<int> out(size_t(slots), 0);
+  std::uniform_int_distribution<int> pick(0, slots - 1);
+  for (int i = 0; i < total; ++i) ++out[size_t(pick(rng))];
+  return out;
+}
+
+}  // namespace
+
+int curriculum_records(const TaskConfig& cfg, int64_t step) {
+  if (cfg.curriculum_steps <= 0 || step >= cfg.curriculum_steps) return cfg.n_records;
+  const double f = double(step) / double(cfg.curriculum_steps);
+  return cfg.min_records + int(f * (cfg.n_records - cfg.min_records));
+}
+
+Example lookup_train_example(const TaskConfig& cfg, const Vocab& v, int n_records, std::mt19937_64& rng) {
+  LookupSpec spec;
+  spec.n_records = n_records;
+  spec.n_demos = cfg.n_demos;
+  spec.vocab = v;
+  const int64_t fixed = lookup_length(spec, 0, std::vector<int>(size_t(n_records - 1), 0), 0);
+  if (fixed > cfg.seq_len)
+    fail("task", "lookup with " + std::to_string(n_records) + " records needs " + std::to_string(fixed) +
+                     " tokens but seq_len is " + std::to_string(cfg.seq_len),
+         "raise task.seq_len or lower task.n_records");
+  LookupExample ex = lookup_sample(spec, rng);
+  // fillers: prefix, n_records - 1 gaps, post — spread at random so every phase occurs
+  auto slots = spread(int(cfg.seq_len - fixed), n_records + 1, rng);
+  std::vector<int> gaps(slots.begin() + 1, slots.end() - 1);
+  LookupTokens lt = lookup_render(spec, ex, slots.front(), gaps, slots.back(), rng);
+  Example out;
+  out.tokens = lt.tokens;
+  out.targets.assign(out.tokens.size(), -1);
+  out.key_pos = lt.key_pos;
+  // scored: every demonstration key -> its name, and the final key -> the answer
+  for (size_t i = 0; i < lt.demo_key_pos.size(); ++i) {
+    out.targets[size_t(lt.demo_key_pos[i])] = ex.names[size_t(ex.demos[i])];
+    out.query_pos.push_back(lt.demo_key_pos[i]);
+    out.query_key_pos.push_back(lt.key_pos[size_t(ex.demos[i])]);
+  }
+  out.targets[size_t(lt.query_pos)] = lt.answer;
+  out.query_pos.push_back(lt.query_pos);
+  out.query_key_pos.push_back(lt.target_pos);
+  return out;
+}
+
+Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng) {
+  const int P = cfg.mqar_pairs, Q = std::min(cfg.mqar_queries, cfg.mqar_pairs);
+  const int64_t fixed = 1 + 2 * int64_t(P) + 2 * int64_t(Q);
+  if (fixed > cfg.seq_len)
+    fail("task", "mqar with " + std::to_string(P) + " pairs and " + std::to_string(Q) + " queries needs " +
+                     std::to_string(fixed) + " tokens but seq_len is " + std::to_string(cfg.seq_len),
+         "raise task.seq_len or lower task.mqar_pairs / mqar_queries");
+  // keys and values: distinct keys, distinct values
+  std::vector<int> keys(static_cast<size_t>(P)), vals(static_cast<size_t>(P)), order(static_cast<size_t>(P));
+  {
+    std::vector<int> k(static_cast<size_t>(v.n_keys)), n(static_cast<size_t>(v.n_names));
+    std::iota(k.begin(), k.end(), 0);
+    std::iota(n.begin(), n.end(), 0);
+    std::shuffle(k.begin(), k.end(), rng);
+    std::shuffle(n.begin(), n.end(), rng);
+    for (int i = 0; i < P; ++i) {
+      keys[size_t(i)] = v.key(k[size_t(i)]);
+      vals[size_t(i)] = v.name(n[size_t(i)]);
+    }
+  }
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  auto slots = spread(int(cfg.seq_len - fixed), P + 1, rng);  // after each pair, the last one before the queries
+  std::uniform_int_distribution<int> filler(0, v.n_fillers - 1);
+  Example out;
+  auto& t = out.tokens;
+  t.push_back(v.bos());
+  for (int i = 0; i < P; ++i) {
+    out.key_pos.push_back(int64_t(t.size()));
+    t.push_back(keys[size_t(i)]);
+    t.push_back(vals[size_t(i)]);
+    for (int f = 0; f < slots[size_t(i)]; ++f) t.push_back(v.filler(filler(rng)));
+  }
+  for (int f = 0; f < slots[size_t(P)]; ++f) t.push_back(v.filler(filler(rng)));
+  out.targets.assign(size_t(cfg.seq_len), -1);
+  for (int q = 0; q < Q; ++q) {
+    const int i = order[size_t(q)];
+    out.query_pos.push_back(int64_t(t.size()));
+    out.query_key_pos.push_back(out.key_pos[size_t(i)]);
+    out.targets[t.size()] = vals[size_t(i)];
+    t.push_back(keys[size_t(i)]);
+    t.push_back(vals[size_t(i)]);
+  }
+  out.targets.back() = -1;  // nothing follows the last token
+  return out;
+}
+
+Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text, std::mt19937_64& rng) {
+  const size_t n = size_t(cfg.seq_len);  // BOS + n - 1 bytes, each predicting the next byte
+  std::uniform_int_distribution<size_t> start(0, text.size() - n);
+  const size_t s = start(rng);
+  Example out;
+  out.tokens.push_back(v.bos());
+  for (size_t i = 0; i + 1 < n; ++i) out.tokens.push_back(v.byte(text[s + i]));
+  for (size_t i = 0; i < n; ++i) out.targets.push_back(v.byte(text[s + i]));
+  return out;
+}
+
+TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed) : cfg_(cfg), vocab_(task_vocab(cfg)), rng_(seed) {
+  if (cfg_.task == "text" || cfg_.task == "mix") {
+    std::ifstream f(cfg_.text_file, std::ios::binary);
+    if (!f) fail(cfg_.text_file, "cannot open the text file", "check task.text_file / --text");
+    text_.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (text_.size() < size_t(cfg_.seq_len))
+      fail(cfg_.text_file, "has " + std::to_string(text_.size()) + " bytes, fewer than seq_len " + std::to_string(cfg_.seq_len),
+           "use a longer file or a shorter task.seq_len");
+  }
+}
+
+Example TaskStream::next(int64_t step) {
+  if (cfg_.task == "text") return text_example(cfg_, vocab_, text_, rng_);
+  if (cfg_.task == "mix" && std::uniform_real_distribution<double>(0, 1)(rng_) < cfg_.text_ratio)
+    return text_example(cfg_, vocab_, text_, rng_);
+  if (cfg_.task == "mqar") return mqar_example(cfg_, vocab_, rng_);
+  return lookup_train_example(cfg_, vocab_, curriculum_records(cfg_, step), rng_);
+}
+
+std::string TaskStream::state() const {
+  std::ostringstream os;
+  os << rng_;
+  return os.str();
+}
+
+void TaskStream::set_state(const std::string& s) {
+  std::istringstream is(s);
+  is >> rng_;
+  if (!is) fail("checkpoint data_state", "cannot restore the task stream's RNG state", "the checkpoint is damaged; retrain or use another");
+}
+
+}  // namespace phasescope

@@ -1,0 +1,56 @@
+// tasks.h — seeded training/evaluation streams for the decoder: lookup (the paper's key -> name
+// task, loss on every demonstration name and on the answer), mqar (multi-query associative recall,
+// loss on every queried value), text (byte-level next-token prediction on a user's UTF-8 file) and
+// mix (lookup rows and text rows at a ratio). Every example has exactly seq_len tokens and records
+// the absolute position of every key and of every scored query, so evaluation can bucket by phase
+// without re-deriving anything. Torch-free; the stream's state is a string (checkpointed).
+// Not here: the padding protocols of the phase evaluation (eval/layout.h).
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/lookup.h"
+#include "data/vocab.h"
+#include "model/config.h"
+
+namespace phasescope {
+
+struct Example {
+  std::vector<int> tokens;          // [T]
+  std::vector<int> targets;         // [T] next-token target at each position, -1 = no loss
+  std::vector<int64_t> key_pos;     // positions of every key token of the content (records / pairs)
+  std::vector<int64_t> query_pos;   // positions whose target is scored (demo keys, queries, final key)
+  std::vector<int64_t> query_key_pos;  // for each query: the position of the record key it asks for (-1 = none)
+};
+
+Vocab task_vocab(const TaskConfig& cfg);
+
+class TaskStream {
+ public:
+  TaskStream(const TaskConfig& cfg, uint64_t seed);  // reads text_file for text/mix (clear error if unusable)
+
+  // One example for training step `step` (the curriculum depends on it).
+  Example next(int64_t step);
+
+  const Vocab& vocab() const { return vocab_; }
+  std::string state() const;                 // the RNG state; set_state(state()) resumes exactly
+  void set_state(const std::string& s);
+
+ private:
+  TaskConfig cfg_;
+  Vocab vocab_;
+  std::mt19937_64 rng_;
+  std::vector<uint8_t> text_;
+};
+
+// Generators used by the stream (exposed for tests and evaluation sets).
+Example lookup_train_example(const TaskConfig& cfg, const Vocab& v, int n_records, std::mt19937_64& rng);
+Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng);
+Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text, std::mt19937_64& rng);
+
+// Records in use at a step under the curriculum (min_records -> n_records over curriculum_steps).
+int curriculum_records(const TaskConfig& cfg, int64_t step);
+
+}  // namespace phasescope

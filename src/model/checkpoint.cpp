@@ -1,0 +1,176 @@
+// checkpoint.cpp — see checkpoint.h.
+#include "model/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+
+namespace phasescope {
+
+using json = nlohmann::json;
+
+namespace {
+
+uint64_t fnv1a(const char* data, size_t n, uint64_t h = 1469598103934665603ULL) {
+  for (size_t i = 0; i < n; ++i) {
+    h ^= uint8_t(data[i]);
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+std::string dtype_name(torch::Dtype t) {
+  switch (t) {
+    case torch::kFloat32: return "F32";
+    case torch::kFloat64: return "F64";
+    case torch::kInt64: return "I64";
+    case torch::kUInt8: return "U8";
+    default: return "";
+  }
+}
+
+torch::Dtype dtype_parse(const std::string& s, const std::string& where) {
+  if (s == "F32") return torch::kFloat32;
+  if (s == "F64") return torch::kFloat64;
+  if (s == "I64") return torch::kInt64;
+  if (s == "U8") return torch::kUInt8;
+  fail(where, "unsupported dtype '" + s + "'", "phasescope reads F32, F64, I64 and U8 tensors");
+}
+
+void write_all(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) fail(path, std::string("write failed: ") + std::strerror(errno), "check free disk space and permissions");
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+// Open a temp file beside `path`, hand its fd to `fill`, fsync, rename over `path`, fsync the dir.
+template <class Fill>
+void atomic_write(const std::string& path, Fill fill) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno), "check that the directory exists and is writable");
+  try {
+    fill(fd, tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail(tmp, "fsync/close failed", "check the disk");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    fail(path, std::string("rename failed: ") + std::strerror(errno), "check permissions");
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  atomic_write(path, [&](int fd, const std::string& tmp) { write_all(fd, text.data(), text.size(), tmp); });
+}
+
+void safetensors_save(const std::string& path, const TensorMap& tensors, const std::string& header_json) {
+  // lay out the data section (names in map order) and checksum it
+  std::vector<torch::Tensor> bufs;
+  json header = json::object();
+  uint64_t offset = 0, sum = 1469598103934665603ULL;
+  for (const auto& [name, t0] : tensors) {
+    auto t = t0.detach().to(torch::kCPU).contiguous();
+    const std::string dt = dtype_name(t.scalar_type());
+    PS_ASSERT(!dt.empty(), "safetensors_save: unsupported dtype for " + name);
+    const uint64_t n = uint64_t(t.numel()) * t.element_size();
+    header[name] = {{"dtype", dt}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
+    sum = fnv1a(static_cast<const char*>(t.data_ptr()), n, sum);
+    offset += n;
+    bufs.push_back(t);
+  }
+  header["__metadata__"] = {{"format", "pt"}, {"phasescope", header_json}, {"phasescope_checksum", std::to_string(sum)}};
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';  // safetensors pads the header with spaces to 8-byte alignment
+  atomic_write(path, [&](int fd, const std::string& tmp) {
+    uint64_t len = h.size();
+    char lenbuf[8];
+    for (int i = 0; i < 8; ++i) lenbuf[i] = char((len >> (8 * i)) & 0xff);
+    write_all(fd, lenbuf, 8, tmp);
+    write_all(fd, h.data(), h.size(), tmp);
+    for (const auto& t : bufs) write_all(fd, static_cast<const char*>(t.data_ptr()), size_t(t.numel()) * t.element_size(), tmp);
+  });
+}
+
+TensorMap safetensors_load(const std::string& path, std::string* header_json) {
+  const std::string fix = "the checkpoint is damaged or truncated: retrain, or restore it from a copy";
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, "cannot open checkpoint", "check the path (a checkpoint dir holds checkpoint.safetensors)");
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 8) fail(path, "file too short for a safetensors header (" + std::to_string(bytes.size()) + " bytes)", fix);
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i) len |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
+  if (len > bytes.size() - 8) fail(path, "header length " + std::to_string(len) + " exceeds the file size", fix);
+  json header;
+  try {
+    header = json::parse(bytes.substr(8, len));
+  } catch (const json::parse_error& e) {
+    fail(path, std::string("header is not valid JSON (") + e.what() + ")", fix);
+  }
+  const size_t data0 = 8 + len;
+  const uint64_t data_size = bytes.size() - data0;
+  if (!header.is_object() || !header.contains("__metadata__") || !header["__metadata__"].contains("phasescope"))
+    fail(path, "not a phasescope checkpoint (no __metadata__.phasescope header)", "pass a checkpoint written by phasescope train");
+
+  // every tensor's extent, checked before any byte is used
+  TensorMap out;
+  std::vector<std::pair<uint64_t, uint64_t>> extents;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const std::string where = path + " tensor '" + it.key() + "'";
+    const json& e = it.value();
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+      fail(where, "entry lacks dtype/shape/data_offsets", fix);
+    auto dtype = dtype_parse(e["dtype"].get<std::string>(), where);
+    std::vector<int64_t> shape = e["shape"].get<std::vector<int64_t>>();
+    uint64_t b = e["data_offsets"][0].get<uint64_t>(), end = e["data_offsets"][1].get<uint64_t>();
+    int64_t numel = 1;
+    for (int64_t s : shape) numel *= s;
+    const uint64_t esize = uint64_t(torch::elementSize(dtype));
+    if (end < b || end > data_size || (end - b) != uint64_t(numel) * esize)
+      fail(where, "byte range [" + std::to_string(b) + ", " + std::to_string(end) + ") does not fit the shape or the file (" +
+                      std::to_string(data_size) + " data bytes)", fix);
+    extents.push_back({b, end});
+    auto t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
+    std::memcpy(t.data_ptr(), bytes.data() + data0 + b, end - b);
+    out[it.key()] = t;
+  }
+  // the checksum covers the data in offset order, as written
+  std::sort(extents.begin(), extents.end());
+  uint64_t sum = 1469598103934665603ULL;
+  for (const auto& [b, e] : extents) sum = fnv1a(bytes.data() + data0 + b, e - b, sum);
+  const json& meta = header["__metadata__"];
+  if (!meta.contains("phasescope_checksum") || meta["phasescope_checksum"].get<std::string>() != std::to_string(sum))
+    fail(path, "data checksum mismatch (the tensor bytes were changed or cut)", fix);
+  if (header_json) *header_json = meta["phasescope"].get<std::string>();
+  return out;
+}
+
+}  // namespace phasescope

@@ -1,0 +1,27 @@
+// checkpoint.h — safetensors files: an 8-byte little-endian header length, a JSON header naming
+// every tensor (dtype, shape, byte offsets) with a "__metadata__" object, then the raw bytes.
+// phasescope keeps its own header (config, preset, step, RNG and data state, ...) as one JSON
+// string under __metadata__.phasescope, and an FNV-1a checksum of the data bytes under
+// __metadata__.phasescope_checksum, so a damaged or truncated file is refused, never half-loaded.
+// Writes are atomic: a temp file in the same directory, fsync, rename.
+// Not here: what a training run puts in the header (train/trainer.cpp).
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+namespace phasescope {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+// Tensors must be CPU and of dtype float32, float64, int64 or uint8.
+void safetensors_save(const std::string& path, const TensorMap& tensors, const std::string& header_json);
+
+// Throws an Error naming the file and what is wrong (truncated, bad JSON, offsets, checksum...).
+TensorMap safetensors_load(const std::string& path, std::string* header_json);
+
+// Write `text` to `path` atomically (temp file + fsync + rename).
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace phasescope

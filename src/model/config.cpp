@@ -1,0 +1,227 @@
+// config.cpp — presets: JSON <-> ModelConfig / TaskConfig / TrainConfig (see config.h).
+// A preset file:
+//   {"name": "w8s8-1kv", "description": "...",
+//    "model": {...ModelConfig fields...},
+//    "attention": {...AttnConfig fields, the default of every layer...},
+//    "layers": [{...override...}, ...]   (optional; merged onto "attention", repeated cyclically)
+//    "task": {...}, "train": {...}}
+#include "model/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/json_fields.h"
+
+#ifndef PHASESCOPE_PRESET_DIR
+#define PHASESCOPE_PRESET_DIR "presets"
+#endif
+
+namespace phasescope {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const JsonTable<ModelConfig>& model_table() {
+  static const JsonTable<ModelConfig> t = {
+      {"d_model", json_field(&ModelConfig::d_model)},       {"n_layers", json_field(&ModelConfig::n_layers)},
+      {"n_heads", json_field(&ModelConfig::n_heads)},       {"n_kv_heads", json_field(&ModelConfig::n_kv_heads)},
+      {"head_dim", json_field(&ModelConfig::head_dim)},     {"mlp_hidden", json_field(&ModelConfig::mlp_hidden)},
+      {"tied_embeddings", json_field(&ModelConfig::tied_embeddings)},
+      {"norm_eps", json_field(&ModelConfig::norm_eps)},     {"init_std", json_field(&ModelConfig::init_std)},
+      {"vocab_size", json_field(&ModelConfig::vocab_size)},
+  };
+  return t;
+}
+
+const JsonTable<TaskConfig>& task_table() {
+  static const JsonTable<TaskConfig> t = {
+      {"task", json_field(&TaskConfig::task)},
+      {"seq_len", json_field(&TaskConfig::seq_len)},
+      {"n_records", json_field(&TaskConfig::n_records)},
+      {"n_demos", json_field(&TaskConfig::n_demos)},
+      {"curriculum_steps", json_field(&TaskConfig::curriculum_steps)},
+      {"min_records", json_field(&TaskConfig::min_records)},
+      {"mqar_pairs", json_field(&TaskConfig::mqar_pairs)},
+      {"mqar_queries", json_field(&TaskConfig::mqar_queries)},
+      {"n_keys", json_field(&TaskConfig::n_keys)},
+      {"n_names", json_field(&TaskConfig::n_names)},
+      {"n_fillers", json_field(&TaskConfig::n_fillers)},
+      {"text_file", json_field(&TaskConfig::text_file)},
+      {"text_ratio", json_field(&TaskConfig::text_ratio)},
+  };
+  return t;
+}
+
+const JsonTable<TrainConfig>& train_table() {
+  static const JsonTable<TrainConfig> t = {
+      {"steps", json_field(&TrainConfig::steps)},           {"batch", json_field(&TrainConfig::batch)},
+      {"lr", json_field(&TrainConfig::lr)},                 {"min_lr_ratio", json_field(&TrainConfig::min_lr_ratio)},
+      {"warmup", json_field(&TrainConfig::warmup)},         {"weight_decay", json_field(&TrainConfig::weight_decay)},
+      {"beta1", json_field(&TrainConfig::beta1)},           {"beta2", json_field(&TrainConfig::beta2)},
+      {"clip", json_field(&TrainConfig::clip)},             {"log_every", json_field(&TrainConfig::log_every)},
+      {"eval_every", json_field(&TrainConfig::eval_every)}, {"eval_examples", json_field(&TrainConfig::eval_examples)},
+      {"ckpt_every", json_field(&TrainConfig::ckpt_every)}, {"seed", json_field(&TrainConfig::seed)},
+  };
+  return t;
+}
+
+void need(bool ok, const std::string& where, const std::string& field, const std::string& what, const std::string& fix) {
+  if (!ok) fail(where + " field '" + field + "'", what, fix);
+}
+
+void validate(const Preset& p, const std::string& where) {
+  const auto& t = p.task;
+  const auto& r = p.train;
+  need(p.model.n_layers >= 1, where, "model.n_layers", "must be >= 1", "e.g. 2");
+  need(p.model.mlp_hidden >= 0, where, "model.mlp_hidden", "must be >= 0", "0 = attention-only");
+  need(t.task == "lookup" || t.task == "mqar" || t.task == "text" || t.task == "mix", where, "task.task",
+       "unknown task '" + t.task + "'", "use lookup, mqar, text or mix");
+  need(t.seq_len >= 16, where, "task.seq_len", "must be >= 16", "e.g. 256");
+  need(t.n_records >= 2 && t.n_records <= std::min(t.n_keys, t.n_names), where, "task.n_records",
+       "must be in [2, min(n_keys, n_names)]", "lower n_records or raise n_keys / n_names");
+  need(t.n_demos >= 0 && t.n_demos < t.n_records, where, "task.n_demos", "must be in [0, n_records)", "e.g. 8");
+  need(t.min_records >= t.n_demos + 1 && t.min_records <= t.n_records, where, "task.min_records",
+       "must be in [n_demos + 1, n_records]", "e.g. 8 with n_demos < 8");
+  need(t.mqar_pairs >= 1 && t.mqar_pairs <= std::min(t.n_keys, t.n_names), where, "task.mqar_pairs",
+       "must be in [1, min(n_keys, n_names)]", "lower mqar_pairs");
+  need(t.mqar_queries >= 1, where, "task.mqar_queries", "must be >= 1", "e.g. 16");
+  need(t.n_fillers >= 1, where, "task.n_fillers", "must be >= 1", "e.g. 16");
+  need(t.text_ratio >= 0 && t.text_ratio <= 1, where, "task.text_ratio", "must be in [0, 1]", "e.g. 0.25");
+  need((t.task != "text" && t.task != "mix") || !t.text_file.empty(), where, "task.text_file",
+       "task '" + t.task + "' needs a text file", "set task.text_file (or --text FILE)");
+  need(r.steps >= 0, where, "train.steps", "must be >= 0", "e.g. 1000");
+  need(r.batch >= 1, where, "train.batch", "must be >= 1", "e.g. 32");
+  need(r.lr > 0, where, "train.lr", "must be positive", "e.g. 3e-3");
+  need(r.warmup >= 0, where, "train.warmup", "must be >= 0", "e.g. 100");
+  need(r.clip >= 0, where, "train.clip", "must be >= 0 (0 = off)", "e.g. 1.0");
+  need(r.log_every >= 1 && r.ckpt_every >= 1, where, "train.log_every/ckpt_every", "must be >= 1", "e.g. 10 / 200");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail(path, "cannot open preset file", "check the path, or list presets with `phasescope presets`");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+void model_config_sync(ModelConfig& m, const std::string& where) {
+  need(m.d_model > 0 && m.n_heads > 0 && m.head_dim > 0, where, "model", "d_model, n_heads, head_dim must be positive",
+       "e.g. 128 / 4 / 32");
+  need(int(m.layers.size()) == m.n_layers, where, "layers", "one attention config per layer is needed",
+       "give 'attention' (all layers) or a 'layers' list");
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    AttnConfig& a = m.layers[l];
+    a.d_model = m.d_model;
+    a.n_heads = m.n_heads;
+    a.head_dim = m.head_dim;
+    a.norm_eps = m.norm_eps;
+    a.n_kv_heads = attn_is_ds(a) ? 1 : m.n_kv_heads;
+    if (a.rope_dims > a.head_dim) a.rope_dims = a.head_dim;
+    attn_config_validate(a, where + " layer " + std::to_string(l));
+  }
+}
+
+std::string preset_dir() {
+  if (const char* env = std::getenv("PHASESCOPE_PRESETS")) return env;
+  return PHASESCOPE_PRESET_DIR;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(preset_dir(), ec))
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Preset preset_load(const std::string& name_or_path) {
+  std::string path = name_or_path;
+  if (path.find('/') == std::string::npos && path.find(".json") == std::string::npos) {
+    path = preset_dir() + "/" + name_or_path + ".json";
+    if (!fs::exists(path)) {
+      std::string all;
+      for (const auto& n : preset_names()) all += (all.empty() ? "" : ", ") + n;
+      fail("preset '" + name_or_path + "'", "not found in " + preset_dir(), "use one of: " + all);
+    }
+  }
+  return preset_from_json(read_text(path), path);
+}
+
+Preset preset_from_json(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(where, std::string("not valid JSON (") + e.what() + ")", "fix the preset's syntax");
+  }
+  if (!j.is_object()) fail(where, "a preset must be a JSON object", "see presets/w8s8-1kv.json");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    static const std::set<std::string> known = {"name", "description", "model", "attention", "layers", "task", "train"};
+    if (!known.count(it.key()))
+      fail(where + " field '" + it.key() + "'", "unknown field", "use name, description, model, attention, layers, task, train");
+  }
+  Preset p;
+  p.name = j.value("name", std::string());
+  p.description = j.value("description", std::string());
+  if (p.name.empty()) fail(where + " field 'name'", "missing", "add \"name\": \"my-run\"");
+  if (j.contains("model")) json_apply(p.model, j["model"], model_table(), where + " model");
+  if (j.contains("task")) json_apply(p.task, j["task"], task_table(), where + " task");
+  if (j.contains("train")) json_apply(p.train, j["train"], train_table(), where + " train");
+
+  // attention per layer: the "attention" default, merged with "layers" overrides (cyclic)
+  json base = j.contains("attention") ? j["attention"] : json{{"kind", "full"}};
+  if (!base.is_object()) fail(where + " field 'attention'", "expected an object", "write {\"kind\": \"chunked\", ...}");
+  json overrides = j.contains("layers") ? j["layers"] : json::array({json::object()});
+  if (!overrides.is_array() || overrides.empty())
+    fail(where + " field 'layers'", "expected a non-empty list of objects", "e.g. [{\"kind\": \"window\"}, {}]");
+  p.model.layers.clear();
+  for (int l = 0; l < p.model.n_layers; ++l) {
+    json merged = base;
+    const json& o = overrides[size_t(l) % overrides.size()];
+    if (!o.is_object()) fail(where + " layers[" + std::to_string(l) + "]", "expected an object", "e.g. {\"kind\": \"hca\"}");
+    // a layer that switches kind starts from that kind's defaults, not from the other kind's fields
+    if (o.contains("kind") && o["kind"] != base.value("kind", json("full"))) merged = json::object();
+    for (auto it = o.begin(); it != o.end(); ++it) merged[it.key()] = it.value();
+    if (!merged.contains("kind")) merged["kind"] = "full";
+    // the model-wide dims, so the layer validates at its real size
+    const bool ds = merged["kind"] == "dsv4-csa" || merged["kind"] == "hca" || merged["kind"] == "v41-csa2";
+    merged["d_model"] = p.model.d_model;
+    merged["n_heads"] = p.model.n_heads;
+    merged["head_dim"] = p.model.head_dim;
+    merged["n_kv_heads"] = ds ? 1 : p.model.n_kv_heads;
+    merged["norm_eps"] = p.model.norm_eps;
+    // RoPE dims are capped at the head dim, so a preset scales down (e.g. "RoPE on 16 dims" at head_dim 8 = all)
+    for (const char* k : {"rope_dims", "comp_rope_dims"})
+      if (merged.contains(k) && merged[k].is_number_integer() && merged[k].get<int>() > p.model.head_dim) merged[k] = p.model.head_dim;
+    p.model.layers.push_back(attn_config_from_json(merged.dump(), where + " layer " + std::to_string(l)));
+  }
+  model_config_sync(p.model, where);
+  validate(p, where);
+  return p;
+}
+
+std::string preset_to_json(const Preset& p) {
+  json j;
+  j["name"] = p.name;
+  j["description"] = p.description;
+  j["model"] = json_dump(p.model, model_table());
+  j["task"] = json_dump(p.task, task_table());
+  j["train"] = json_dump(p.train, train_table());
+  j["layers"] = json::array();
+  for (const auto& a : p.model.layers) j["layers"].push_back(json::parse(attn_config_to_json(a)));
+  j["attention"] = j["layers"][0];
+  return j.dump(2);
+}
+
+}  // namespace phasescope

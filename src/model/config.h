@@ -1,0 +1,80 @@
+// config.h — what a run is: the decoder's shape (ModelConfig), its task (TaskConfig) and its
+// training schedule (TrainConfig), bundled as a named Preset read from presets/NAME.json.
+// Torch-free. JSON round trip is strict: an unknown field or wrong type names the file and field.
+// Not here: the modules themselves (model.h) or the training loop (train/trainer.h).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/config.h"
+
+namespace phasescope {
+
+struct ModelConfig {
+  int vocab_size = 0;            // set from the task's Vocab
+  int d_model = 128;             // d
+  int n_layers = 2;
+  int n_heads = 4;               // H (query heads)
+  int n_kv_heads = 1;            // Hkv (1 = MQA); ignored by DeepSeek layers (always 1)
+  int head_dim = 32;             // D
+  int mlp_hidden = 0;            // SwiGLU hidden width; 0 = attention-only blocks
+  bool tied_embeddings = true;   // unembedding = embedding^T
+  double norm_eps = 1e-6;
+  double init_std = 0.02;        // normal init of every matrix; residual outputs scaled by 1/sqrt(2 n_layers)
+  std::vector<AttnConfig> layers;  // [n_layers] attention of each layer; shared dims synced by model_config_sync
+};
+
+struct TaskConfig {
+  std::string task = "lookup";   // lookup | mqar | text | mix (lookup + text)
+  int seq_len = 256;             // T of training sequences (lookup/mqar fill it exactly)
+  int n_records = 64;            // lookup: records per prompt (the paper's 64)
+  int n_demos = 8;               // lookup: demonstrations
+  int curriculum_steps = 0;      // lookup/mqar: grow records linearly from min_records over these steps
+  int min_records = 8;
+  int mqar_pairs = 32;           // mqar: key-value pairs per sequence
+  int mqar_queries = 16;         // mqar: queries per sequence
+  int n_keys = 128;              // vocabulary of single-token keys
+  int n_names = 128;             // vocabulary of single-token names / values
+  int n_fillers = 16;
+  std::string text_file;         // text / mix: UTF-8 file, byte-level tokens
+  double text_ratio = 0.0;       // mix: fraction of rows drawn from the text file
+};
+
+struct TrainConfig {
+  int steps = 1000;
+  int batch = 32;
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
+  int warmup = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95;
+  double clip = 1.0;             // global gradient-norm clip; 0 = off
+  int log_every = 10;
+  int eval_every = 200;          // 0 = no periodic evaluation
+  int eval_examples = 256;
+  int ckpt_every = 200;
+  uint64_t seed = 42;
+};
+
+struct Preset {
+  std::string name;
+  std::string description;
+  ModelConfig model;
+  TaskConfig task;
+  TrainConfig train;
+};
+
+// Copy the model-wide dims (d_model, heads, head_dim, kv heads, norm eps) into every layer and
+// validate; `where` names the source in errors.
+void model_config_sync(ModelConfig& m, const std::string& where);
+
+// presets/ directory: $PHASESCOPE_PRESETS if set, else the source tree's presets/.
+std::string preset_dir();
+std::vector<std::string> preset_names();
+// NAME (looked up in preset_dir()) or a path to a .json file.
+Preset preset_load(const std::string& name_or_path);
+Preset preset_from_json(const std::string& text, const std::string& where);
+std::string preset_to_json(const Preset& p);  // full, explicit (every field), loadable again
+
+}  // namespace phasescope

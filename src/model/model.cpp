@@ -1,0 +1,80 @@
+// model.cpp — see model.h.
+#include "model/model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace phasescope {
+
+DecoderImpl::DecoderImpl(const ModelConfig& cfg) : cfg_(cfg) {
+  model_config_sync(cfg_, "model config");
+  PS_ASSERT(cfg_.vocab_size > 0, "model config: vocab_size must be set from the task vocabulary");
+  const int64_t V = cfg_.vocab_size, d = cfg_.d_model, L = cfg_.n_layers, F = cfg_.mlp_hidden;
+  const double std = cfg_.init_std, out_std = cfg_.init_std / std::sqrt(2.0 * double(L));
+
+  embed_ = register_parameter("embed", torch::randn({V, d}) * std);
+  if (!cfg_.tied_embeddings) lm_head_ = register_parameter("lm_head", torch::randn({V, d}) * std);
+  final_norm_ = register_parameter("final_norm", torch::ones({d}));
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string s = std::to_string(l);
+    // attention: the zoo's own parameters, re-initialized at the model's scale
+    Attention a(cfg_.layers[size_t(l)]);
+    {
+      torch::NoGradGuard g;
+      for (const ParamSpec& spec : attn_param_specs(a->config()))
+        if (spec.init == InitKind::Normal) a->param(spec.name).normal_(0.0, spec.name == "wo" ? out_std : std);
+    }
+    attn_.push_back(register_module("attn" + s, a));
+    attn_norm_.push_back(register_parameter("attn_norm" + s, torch::ones({d})));
+    if (F > 0) {
+      mlp_norm_.push_back(register_parameter("mlp_norm" + s, torch::ones({d})));
+      w_gate_.push_back(register_parameter("mlp_gate" + s, torch::randn({F, d}) * std));
+      w_up_.push_back(register_parameter("mlp_up" + s, torch::randn({F, d}) * std));
+      w_down_.push_back(register_parameter("mlp_down" + s, torch::randn({d, F}) * out_std));
+    }
+  }
+}
+
+torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0) {
+  auto h = torch::embedding(embed_, tokens);                                          // [B, T, d]
+  for (size_t l = 0; l < attn_.size(); ++l) {
+    h = h + attn_[l]->forward(rms_norm(h, attn_norm_[l], cfg_.norm_eps), pos0);
+    if (cfg_.mlp_hidden > 0) {
+      auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);
+      h = h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()), w_down_[l].t());
+    }
+  }
+  return rms_norm(h, final_norm_, cfg_.norm_eps);
+}
+
+torch::Tensor DecoderImpl::unembed(const torch::Tensor& h) {
+  return torch::matmul(h, (cfg_.tied_embeddings ? embed_ : lm_head_).t());
+}
+
+torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, int64_t pos0) { return unembed(hidden(tokens, pos0)); }
+
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1));
+}
+
+std::string model_describe(DecoderImpl& model) {
+  const ModelConfig& c = model.config();
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel();
+  std::string kinds;
+  for (const auto& a : c.layers) {
+    std::string k = attn_kind_name(a.kind);
+    if (a.kind == AttnKind::Chunked) k += fmt::format(" W{}/S{}", a.W, a.S);
+    if (attn_is_ds(a)) k += fmt::format(" m{}", a.ratio);
+    kinds += (kinds.empty() ? "" : ", ") + k;
+  }
+  return fmt::format("{} layers [{}], d={}, heads={}x{} (kv {}), mlp={}, vocab={}, {:.2f}M params", c.n_layers, kinds,
+                     c.d_model, c.n_heads, c.head_dim, c.n_kv_heads, c.mlp_hidden, c.vocab_size, n / 1e6);
+}
+
+}  // namespace phasescope

@@ -1,0 +1,45 @@
+// model.h — the Qwen3-style decoder: token embedding, n_layers x [pre-RMSNorm -> attention (any
+// kind of the zoo, chosen per layer) -> residual; pre-RMSNorm -> SwiGLU MLP -> residual], final
+// RMSNorm, unembedding (tied to the embedding or its own matrix). No biases, fp32 by default.
+// Shapes: tokens [B, T] int64 at absolute positions pos0..pos0+T-1; hidden [B, T, d]; logits [B, T, V].
+// Not here: training (train/), checkpoint files (model/checkpoint.h), evaluation (eval/).
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "attention/attention.h"
+#include "model/config.h"
+
+namespace phasescope {
+
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& cfg);
+
+  torch::Tensor forward(const torch::Tensor& tokens, int64_t pos0 = 0);         // logits [B, T, V]
+  torch::Tensor hidden(const torch::Tensor& tokens, int64_t pos0 = 0);          // final-normed [B, T, d]
+  torch::Tensor unembed(const torch::Tensor& h);                                // [..., d] -> [..., V]
+
+  const ModelConfig& config() const { return cfg_; }
+  Attention& attention(int layer) { return attn_[size_t(layer)]; }
+
+ private:
+  ModelConfig cfg_;
+  torch::Tensor embed_;                               // [V, d]
+  torch::Tensor lm_head_;                             // [V, d] (untied only)
+  torch::Tensor final_norm_;                          // [d]
+  std::vector<Attention> attn_;                       // [n_layers]
+  std::vector<torch::Tensor> attn_norm_, mlp_norm_;   // [n_layers] x [d]
+  std::vector<torch::Tensor> w_gate_, w_up_;          // [n_layers] x [mlp_hidden, d]
+  std::vector<torch::Tensor> w_down_;                 // [n_layers] x [d, mlp_hidden]
+};
+TORCH_MODULE(Decoder);
+
+// Mean cross-entropy over positions whose target is >= 0. logits [B, T, V], targets [B, T].
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// Parameter count and a one-line description, e.g. "2 layers [chunked W8/S8, chunked W8/S8], d=128, 0.3M params".
+std::string model_describe(DecoderImpl& model);
+
+}  // namespace phasescope

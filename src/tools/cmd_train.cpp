@@ -1,0 +1,117 @@
+// cmd_train.cpp — `phasescope train --preset NAME [--task ...] [--steps N] [--out DIR] [overrides]`
+// and `phasescope presets` (list the named presets).
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "core/check.h"
+#include "core/runtime.h"
+#include "model/config.h"
+#include "tools/commands.h"
+#include "train/trainer.h"
+
+namespace phasescope {
+
+namespace {
+
+// Command-line overrides of a preset; unset ones leave the preset's value.
+struct Overrides {
+  std::optional<std::string> task, text;
+  std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, seq, batch, records, warmup, curriculum;
+  std::optional<int> eval_every;
+  std::optional<double> lr, text_ratio;
+  std::optional<uint64_t> seed;
+};
+
+void add_override_options(CLI::App* cmd, Overrides& o) {
+  cmd->add_option("--task", o.task, "lookup | mqar | text | mix");
+  cmd->add_option("--text", o.text, "UTF-8 text file for the text / mix tasks");
+  cmd->add_option("--text-ratio", o.text_ratio, "mix: fraction of text rows");
+  cmd->add_option("--steps", o.steps, "training steps");
+  cmd->add_option("--d-model", o.d_model, "model width");
+  cmd->add_option("--layers", o.layers, "depth (the preset's layer pattern repeats)");
+  cmd->add_option("--heads", o.heads, "query heads");
+  cmd->add_option("--kv-heads", o.kv_heads, "KV heads (1 = MQA)");
+  cmd->add_option("--head-dim", o.head_dim, "head dimension");
+  cmd->add_option("--mlp", o.mlp, "SwiGLU hidden width (0 = attention-only)");
+  cmd->add_option("--seq", o.seq, "context length of training sequences");
+  cmd->add_option("--batch", o.batch, "sequences per step");
+  cmd->add_option("--records", o.records, "lookup records per prompt");
+  cmd->add_option("--lr", o.lr, "peak learning rate");
+  cmd->add_option("--warmup", o.warmup, "warmup steps");
+  cmd->add_option("--curriculum", o.curriculum, "steps over which lookup records grow from min_records");
+  cmd->add_option("--eval-every", o.eval_every, "held-out evaluation period in steps (0 = off)");
+  cmd->add_option("--seed", o.seed, "seed of initialization and data");
+}
+
+void apply(Preset& p, const Overrides& o) {
+  if (o.task) p.task.task = *o.task;
+  if (o.text) p.task.text_file = *o.text;
+  if (o.text_ratio) p.task.text_ratio = *o.text_ratio;
+  if (o.steps) p.train.steps = *o.steps;
+  if (o.d_model) p.model.d_model = *o.d_model;
+  if (o.heads) p.model.n_heads = *o.heads;
+  if (o.kv_heads) p.model.n_kv_heads = *o.kv_heads;
+  if (o.head_dim) p.model.head_dim = *o.head_dim;
+  if (o.mlp) p.model.mlp_hidden = *o.mlp;
+  if (o.seq) p.task.seq_len = *o.seq;
+  if (o.batch) p.train.batch = *o.batch;
+  if (o.records) p.task.n_records = *o.records;
+  if (o.lr) p.train.lr = *o.lr;
+  if (o.warmup) p.train.warmup = *o.warmup;
+  if (o.curriculum) p.task.curriculum_steps = *o.curriculum;
+  if (o.eval_every) p.train.eval_every = *o.eval_every;
+  if (o.seed) p.train.seed = *o.seed;
+  if (o.layers) {  // repeat the preset's layer pattern to the new depth
+    std::vector<AttnConfig> pattern = p.model.layers;
+    p.model.layers.clear();
+    for (int l = 0; l < *o.layers; ++l) p.model.layers.push_back(pattern[size_t(l) % pattern.size()]);
+    p.model.n_layers = *o.layers;
+  }
+  // re-validate the whole preset after the changes
+  p = preset_from_json(preset_to_json(p), "preset " + p.name + " with command-line overrides");
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  struct Args {
+    std::string preset, out;
+    bool fresh = false;
+    Overrides o;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("train", "train a preset from scratch (resumes if --out holds its checkpoint)");
+  cmd->add_option("--preset", a->preset, "preset name (see `phasescope presets`) or a preset .json file")->required();
+  cmd->add_option("--out", a->out, "output directory (checkpoint, config, metrics); default runs/<preset>");
+  cmd->add_flag("--fresh", a->fresh, "start over even if --out holds a checkpoint");
+  add_override_options(cmd, a->o);
+  cmd->callback([a] {
+    // the run's configuration
+    Preset p = preset_load(a->preset);
+    apply(p, a->o);
+    TrainOptions opt;
+    opt.out_dir = a->out.empty() ? "runs/" + p.name : a->out;
+    opt.fresh = a->fresh;
+    fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
+
+    // train
+    TrainResult r = train_run(p, opt);
+
+    // outcome
+    if (r.nan_stop) fail("train", r.message, "lower --lr or raise warmup; the run can resume from its last checkpoint");
+    fmt::print("done: {} steps in {:.1f} s, last loss {:.4f}{}, checkpoint {}\n", r.step, r.seconds, r.loss,
+               r.eval_acc >= 0 ? fmt::format(", held-out accuracy {:.3f}", r.eval_acc) : std::string(),
+               checkpoint_path(opt.out_dir));
+  });
+
+  auto* list = app.add_subcommand("presets", "list the named presets");
+  list->callback([] {
+    for (const auto& n : preset_names()) {
+      Preset p = preset_load(n);
+      fmt::print("{:<20} {}\n", n, p.description);
+    }
+  });
+}
+
+}  // namespace phasescope

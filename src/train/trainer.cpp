@@ -1,0 +1,318 @@
+// trainer.cpp — see trainer.h.
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/string_utils.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/check.h"
+#include "data/tasks.h"
+#include "model/checkpoint.h"
+
+namespace phasescope {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+double lr_at(const TrainConfig& t, int64_t step) {
+  if (step < t.warmup) return t.lr * double(step + 1) / double(t.warmup);
+  const double span = std::max<int64_t>(1, t.steps - t.warmup);
+  const double f = std::min(1.0, double(step - t.warmup) / span);
+  const double min_lr = t.lr * t.min_lr_ratio;
+  return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * f));
+}
+
+std::string checkpoint_path(const std::string& dir_or_file) {
+  if (dir_or_file.size() > 12 && dir_or_file.substr(dir_or_file.size() - 12) == ".safetensors") return dir_or_file;
+  return (fs::path(dir_or_file) / "checkpoint.safetensors").string();
+}
+
+namespace {
+
+struct Batch {
+  torch::Tensor tokens;   // [B, T] int64
+  torch::Tensor targets;  // [B, T] int64, -1 = no loss
+};
+
+Batch make_batch(const std::vector<Example>& ex) {
+  const int64_t B = int64_t(ex.size()), T = int64_t(ex[0].tokens.size());
+  Batch b;
+  b.tokens = torch::empty({B, T}, torch::kInt64);
+  b.targets = torch::empty({B, T}, torch::kInt64);
+  auto tk = b.tokens.accessor<int64_t, 2>();
+  auto tg = b.targets.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t t = 0; t < T; ++t) {
+      tk[i][t] = ex[size_t(i)].tokens[size_t(t)];
+      tg[i][t] = ex[size_t(i)].targets[size_t(t)];
+    }
+  return b;
+}
+
+std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+// Everything that must agree for a checkpoint to be resumed by this preset (all but train.steps).
+json resume_identity(const Preset& p) {
+  json j = json::parse(preset_to_json(p));
+  j["train"].erase("steps");
+  j.erase("description");
+  return j;
+}
+
+void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::AdamW& opt, const Preset& preset,
+                     int64_t step, const TaskStream& stream, double loss) {
+  TensorMap tensors;
+  json optim_steps = json::object();
+  for (const auto& item : model.named_parameters()) {
+    tensors["model." + item.key()] = item.value();
+    auto it = opt.state().find(state_key(item.value()));
+    if (it != opt.state().end()) {
+      auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      tensors["optim." + item.key() + ".exp_avg"] = st.exp_avg();
+      tensors["optim." + item.key() + ".exp_avg_sq"] = st.exp_avg_sq();
+      optim_steps[item.key()] = st.step();
+    }
+  }
+  tensors["rng.torch"] = at::detail::getDefaultCPUGenerator().get_state();
+  json header = {{"version", 1},          {"preset_name", preset.name}, {"preset", json::parse(preset_to_json(preset))},
+                 {"step", step},          {"optim_steps", optim_steps}, {"data_state", stream.state()},
+                 {"loss", loss}};
+  safetensors_save(checkpoint_path(dir), tensors, header.dump());
+}
+
+struct Restored {
+  json header;
+  TensorMap tensors;
+};
+
+Restored read_checkpoint(const std::string& path) {
+  Restored r;
+  std::string h;
+  r.tensors = safetensors_load(path, &h);
+  try {
+    r.header = json::parse(h);
+  } catch (const json::parse_error& e) {
+    fail(path, std::string("phasescope header is not valid JSON (") + e.what() + ")", "the checkpoint is damaged; retrain");
+  }
+  for (const char* k : {"version", "preset", "step", "data_state"})
+    if (!r.header.contains(k)) fail(path, std::string("phasescope header lacks '") + k + "'", "the checkpoint is damaged; retrain");
+  return r;
+}
+
+void load_weights(DecoderImpl& model, const TensorMap& tensors, const std::string& path) {
+  torch::NoGradGuard g;
+  for (auto& item : model.named_parameters()) {
+    auto it = tensors.find("model." + item.key());
+    if (it == tensors.end()) fail(path, "missing tensor model." + item.key(), "the checkpoint does not match its own config; retrain");
+    if (it->second.sizes() != item.value().sizes())
+      fail(path, "tensor model." + item.key() + " has the wrong shape", "the checkpoint does not match its own config; retrain");
+    item.value().copy_(it->second);
+  }
+}
+
+std::string fmt_duration(double s) {
+  if (s < 0 || !std::isfinite(s)) return "?";
+  int m = int(s / 60), sec = int(s) % 60;
+  return m > 0 ? fmt::format("{}m{:02d}s", m, sec) : fmt::format("{}s", sec);
+}
+
+}  // namespace
+
+LoadedModel model_load(const std::string& dir_or_file) {
+  const std::string path = checkpoint_path(dir_or_file);
+  Restored r = read_checkpoint(path);
+  LoadedModel out;
+  out.preset = preset_from_json(r.header["preset"].dump(), path + " (embedded preset)");
+  out.step = r.header["step"].get<int64_t>();
+  out.model = Decoder(out.preset.model);
+  load_weights(*out.model, r.tensors, path);
+  out.model->eval();
+  return out;
+}
+
+double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_t seed) {
+  torch::NoGradGuard g;
+  TaskConfig task = preset.task;
+  if (task.task == "mix" || task.task == "text") task.task = "lookup";
+  const Vocab v = task_vocab(task);
+  std::mt19937_64 rng(seed);
+  int64_t correct = 0, total = 0;
+  const int chunk = 32;
+  for (int start = 0; start < n; start += chunk) {
+    std::vector<Example> ex;
+    for (int i = start; i < std::min(n, start + chunk); ++i)
+      ex.push_back(task.task == "mqar" ? mqar_example(task, v, rng) : lookup_train_example(task, v, task.n_records, rng));
+    Batch b = make_batch(ex);
+    auto pred = model.forward(b.tokens).argmax(-1);                                    // [B, T]
+    for (size_t i = 0; i < ex.size(); ++i) {
+      // lookup: the final answer only; mqar: every query
+      std::vector<int64_t> qs = ex[i].query_pos;
+      if (task.task == "lookup") qs = {qs.back()};
+      for (int64_t q : qs) {
+        correct += pred[int64_t(i)][q].item<int64_t>() == ex[i].targets[size_t(q)];
+        ++total;
+      }
+    }
+  }
+  return total ? double(correct) / double(total) : 0.0;
+}
+
+TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
+  auto log = opt.log ? opt.log : [](const std::string& s) { fmt::print("{}\n", s); std::fflush(stdout); };
+  Preset preset = preset_in;
+  preset.model.vocab_size = task_vocab(preset.task).size();
+  model_config_sync(preset.model, "preset " + preset.name);
+  const TrainConfig& tc = preset.train;
+  fs::create_directories(opt.out_dir);
+  const std::string ckpt = checkpoint_path(opt.out_dir);
+
+  // model, optimizer and data stream from the seed
+  torch::manual_seed(tc.seed);
+  Decoder model(preset.model);
+  std::vector<torch::Tensor> decay, no_decay;  // no weight decay on norms, sinks, biases
+  for (const auto& item : model->named_parameters())
+    (item.value().dim() >= 2 ? decay : no_decay).push_back(item.value());
+  auto adamw = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(tc.lr).betas({tc.beta1, tc.beta2}).weight_decay(wd));
+  };
+  torch::optim::AdamW optimizer({torch::optim::OptimizerParamGroup(decay, adamw(tc.weight_decay)),
+                                 torch::optim::OptimizerParamGroup(no_decay, adamw(0.0))});
+  TaskStream stream(preset.task, tc.seed + 1);
+
+  // resume when a checkpoint of the same run is there
+  TrainResult res;
+  int64_t step = 0;
+  if (fs::exists(ckpt) && !opt.fresh) {
+    Restored r = read_checkpoint(ckpt);
+    Preset saved = preset_from_json(r.header["preset"].dump(), ckpt + " (embedded preset)");
+    if (resume_identity(saved) != resume_identity(preset))
+      fail(ckpt, "holds a checkpoint of a different configuration than preset '" + preset.name + "'",
+           "use another --out directory, or --fresh to start over");
+    load_weights(*model, r.tensors, ckpt);
+    // optimizer moments: run one zero-gradient step to create the state objects, then overwrite them
+    for (auto& item : model->named_parameters()) {
+      auto ea = r.tensors.find("optim." + item.key() + ".exp_avg");
+      auto es = r.tensors.find("optim." + item.key() + ".exp_avg_sq");
+      if (ea == r.tensors.end() || es == r.tensors.end()) continue;
+      auto st = std::make_unique<torch::optim::AdamWParamState>();
+      st->step(r.header["optim_steps"].value(item.key(), int64_t(0)));
+      st->exp_avg(ea->second.clone());
+      st->exp_avg_sq(es->second.clone());
+      optimizer.state()[state_key(item.value())] = std::move(st);
+    }
+    {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(r.tensors.at("rng.torch"));
+    }
+    stream.set_state(r.header["data_state"].get<std::string>());
+    step = r.header["step"].get<int64_t>();
+    res.resumed = true;
+    log(fmt::format("resuming {} from step {} ({})", preset.name, step, ckpt));
+  }
+  if (opt.fresh) {
+    std::error_code ec;
+    fs::remove(fs::path(opt.out_dir) / "metrics.jsonl", ec);
+  }
+  write_file_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
+  std::ofstream metrics((fs::path(opt.out_dir) / "metrics.jsonl").string(), std::ios::app);
+  log(fmt::format("training {}: {}", preset.name, model_describe(*model)));
+
+  // the loop
+  const int64_t end = opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps) : tc.steps;
+  const int64_t T = preset.task.seq_len;
+  auto t_start = std::chrono::steady_clock::now();
+  auto t_window = t_start;
+  int64_t window_tokens = 0;
+  const int64_t first = step;
+  res.step = step;
+  model->train();
+  while (step < end) {
+    const double lr = lr_at(tc, step);
+    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    std::vector<Example> ex;
+    for (int i = 0; i < tc.batch; ++i) ex.push_back(stream.next(step));
+    Batch b = make_batch(ex);
+
+    optimizer.zero_grad();
+    auto loss = lm_loss(model->forward(b.tokens), b.targets);
+    const double lv = loss.item<double>();
+    if (!std::isfinite(lv)) {
+      res.nan_stop = true;
+      res.message = fmt::format("loss became {} at step {}: training stopped; the last good checkpoint ({}) is kept", lv,
+                                step + 1, fs::exists(ckpt) ? ckpt : std::string("none written yet"));
+      log(res.message);
+      break;
+    }
+    loss.backward();
+    // the global gradient norm (clipped when configured); an overflowing gradient stops the run too
+    const double gnorm = torch::nn::utils::clip_grad_norm_(model->parameters(),
+                                                           tc.clip > 0 ? tc.clip : std::numeric_limits<double>::infinity());
+    if (!std::isfinite(gnorm)) {
+      res.nan_stop = true;
+      res.message = fmt::format("gradient norm became {} at step {}: training stopped; the last good checkpoint ({}) is kept",
+                                gnorm, step + 1, fs::exists(ckpt) ? ckpt : std::string("none written yet"));
+      log(res.message);
+      break;
+    }
+    optimizer.step();
+    ++step;
+    res.loss = lv;
+    window_tokens += tc.batch * T;
+
+    // progress, evaluation, checkpoint
+    const bool last = step == end;
+    json row;
+    if (step % tc.log_every == 0 || last) {
+      auto now = std::chrono::steady_clock::now();
+      const double win = std::chrono::duration<double>(now - t_window).count();
+      const double elapsed = std::chrono::duration<double>(now - t_start).count();
+      const double tok_s = window_tokens / std::max(win, 1e-9);
+      const double eta = elapsed / double(step - first) * double(end - step);
+      log(fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} {:.1f}k tok/s elapsed {} eta {}", step, tc.steps, lv, lr,
+                      tok_s / 1e3, fmt_duration(elapsed), fmt_duration(eta)));
+      row = {{"step", step}, {"loss", lv}, {"lr", lr}, {"tok_s", tok_s}, {"elapsed_s", elapsed}};
+      t_window = now;
+      window_tokens = 0;
+    }
+    if (tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
+      model->eval();
+      res.eval_acc = heldout_accuracy(*model, preset, tc.eval_examples, tc.seed + 7919);
+      model->train();
+      log(fmt::format("step {:>6}/{} held-out {} accuracy {:.3f} ({} examples)", step, tc.steps, preset.task.task,
+                      res.eval_acc, tc.eval_examples));
+      if (row.is_null()) row = {{"step", step}};
+      row["eval_acc"] = res.eval_acc;
+    }
+    if (!row.is_null()) {
+      metrics << row.dump() << "\n";
+      metrics.flush();
+    }
+    if (step % tc.ckpt_every == 0 || last) {
+      bool finite = true;
+      for (const auto& p : model->parameters()) finite = finite && torch::isfinite(p).all().item<bool>();
+      if (!finite) {  // never overwrite a good checkpoint with diverged weights
+        res.nan_stop = true;
+        res.message = fmt::format("weights became non-finite by step {}: training stopped; the last good checkpoint ({}) is kept",
+                                  step, fs::exists(ckpt) ? ckpt : std::string("none written yet"));
+        log(res.message);
+        break;
+      }
+      save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv);
+      res.step = step;
+    }
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!res.nan_stop) res.step = step;
+  return res;
+}
+
+}  // namespace phasescope

@@ -1,0 +1,53 @@
+// trainer.h — train a Preset from scratch (or resume it) on CPU in fp32: AdamW, linear warmup +
+// cosine decay, global-norm clipping, seeded and deterministic for a fixed thread count. Writes
+// DIR/checkpoint.safetensors (atomically, every ckpt_every steps and at the end), DIR/config.json
+// and DIR/metrics.jsonl (one line per log/eval step). A NaN/Inf loss stops the run before the
+// optimizer step; the last good checkpoint stays. Resuming restores weights, optimizer moments,
+// RNG and data-stream state: N steps + resume + M steps == N + M steps straight, bit for bit.
+// Not here: phase-stratified evaluation (eval/), which reads the checkpoint this writes.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "model/config.h"
+#include "model/model.h"
+
+namespace phasescope {
+
+struct TrainOptions {
+  std::string out_dir;
+  bool fresh = false;                  // ignore (and overwrite) an existing checkpoint in out_dir
+  int64_t stop_after = -1;             // stop early after this many total steps (tests, staged runs)
+  std::function<void(const std::string&)> log;  // progress lines; default prints to stdout
+};
+
+struct TrainResult {
+  int64_t step = 0;          // steps completed (as in the last checkpoint)
+  double loss = 0;           // last training loss
+  double eval_acc = -1;      // last periodic evaluation accuracy (-1 = none)
+  bool nan_stop = false;
+  bool resumed = false;
+  double seconds = 0;
+  std::string message;
+};
+
+TrainResult train_run(const Preset& preset, const TrainOptions& opt);
+
+struct LoadedModel {
+  Preset preset;
+  Decoder model{nullptr};
+  int64_t step = 0;
+};
+// Load DIR/checkpoint.safetensors (or a .safetensors path); clear errors for anything damaged.
+LoadedModel model_load(const std::string& dir_or_file);
+std::string checkpoint_path(const std::string& dir_or_file);
+
+// Accuracy of the model's top-1 at every scored query of `n` held-out examples of the preset's
+// task (lookup: the final answer only), drawn from seed `seed`. Used by the periodic evaluation.
+double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_t seed);
+
+// The learning rate at `step` (0-based) under warmup + cosine.
+double lr_at(const TrainConfig& t, int64_t step);
+
+}  // namespace phasescope

@@ -1,0 +1,250 @@
+// train_test.cpp — the decoder, presets, tasks, checkpoints and trainer: every preset builds and
+// runs a forward pass; the tasks record true key positions; a short run's loss falls; N + resume
+// + M steps equals N + M straight, bit for bit; a damaged or truncated checkpoint is refused with
+// a clear error; a NaN loss stops the run and keeps the last good checkpoint.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+#include "data/tasks.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "train/trainer.h"
+
+namespace phasescope {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tmp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("phasescope_train_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+// A tiny version of a preset that trains in well under a second per step.
+Preset tiny(const std::string& name) {
+  Preset p = preset_load(name);
+  p.model.d_model = 32;
+  p.model.head_dim = 8;
+  p.task.seq_len = 96;
+  p.task.n_records = 16;
+  p.task.n_demos = 4;
+  p.task.min_records = 8;
+  p.train.batch = 4;
+  p.train.steps = 12;
+  p.train.warmup = 3;
+  p.train.log_every = 4;
+  p.train.eval_every = 0;
+  p.train.ckpt_every = 4;
+  return preset_from_json(preset_to_json(p), "tiny " + name);
+}
+
+TrainOptions quiet(const std::string& dir) {
+  TrainOptions o;
+  o.out_dir = dir;
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+TEST(Presets, EveryPresetBuildsAndRuns) {
+  const auto names = preset_names();
+  ASSERT_GE(names.size(), 20u);
+  for (const std::string& n : names) {
+    Preset p = preset_load(n);
+    EXPECT_EQ(p.name, n);
+    EXPECT_EQ(int(p.model.layers.size()), p.model.n_layers) << n;
+    p.model.vocab_size = task_vocab(p.task).size();
+    torch::manual_seed(0);
+    Decoder m(p.model);
+    auto tokens = torch::randint(0, p.model.vocab_size, {2, 40}, torch::kInt64);
+    auto logits = m->forward(tokens);
+    EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 40, p.model.vocab_size})) << n;
+    EXPECT_TRUE(torch::isfinite(logits).all().item<bool>()) << n;
+    // the preset's JSON round-trips exactly
+    EXPECT_EQ(preset_to_json(preset_from_json(preset_to_json(p), n)), preset_to_json(p)) << n;
+  }
+  // paper semantics of the reference preset
+  Preset ref = preset_load("w8s8-1kv");
+  const AttnConfig& a = ref.model.layers[0];
+  EXPECT_EQ(a.kind, AttnKind::Chunked);
+  EXPECT_EQ(a.W, 8);
+  EXPECT_EQ(a.S, 8);
+  EXPECT_EQ(a.window, 16);
+  EXPECT_EQ(a.gate, GateKind::Scalar);
+  EXPECT_FALSE(a.tied_kv);
+  EXPECT_TRUE(a.per_offset_payload && a.qk_norm && a.gate_bias);
+  EXPECT_EQ(ref.model.n_kv_heads, 1);
+  Preset dss = preset_load("deepseek-style");
+  EXPECT_TRUE(dss.model.layers[0].W == 8 && dss.model.layers[0].S == 4 && dss.model.layers[0].tied_kv &&
+              dss.model.layers[0].gate == GateKind::Vector && dss.model.layers[0].rope_dims == 16);
+}
+
+TEST(Presets, UnknownPresetAndBadFieldsAreClearErrors) {
+  try {
+    preset_load("w9s9-1kv");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use one of"), std::string::npos);
+  }
+  try {
+    preset_from_json("{\"name\": \"x\", \"task\": {\"task\": \"lookup\", \"n_records\": 500}}", "x.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x.json field 'task.n_records'"), std::string::npos);
+  }
+}
+
+TEST(Tasks, ExamplesRecordTrueKeyPositionsAndFillTheSequence) {
+  TaskConfig c;
+  c.seq_len = 200;
+  c.n_records = 32;
+  Vocab v = task_vocab(c);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 20; ++i) {
+    Example e = lookup_train_example(c, v, c.n_records, rng);
+    ASSERT_EQ(int(e.tokens.size()), c.seq_len);
+    ASSERT_EQ(e.key_pos.size(), size_t(c.n_records));
+    for (int64_t k : e.key_pos) EXPECT_TRUE(v.is_key(e.tokens[size_t(k)]));
+    // each query repeats the key at query_key_pos, and its target is the token after that key
+    for (size_t q = 0; q < e.query_pos.size(); ++q) {
+      const int64_t qp = e.query_pos[q], kp = e.query_key_pos[q];
+      EXPECT_EQ(e.tokens[size_t(qp)], e.tokens[size_t(kp)]);
+      EXPECT_EQ(e.targets[size_t(qp)], e.tokens[size_t(kp + 1)]);
+    }
+    EXPECT_EQ(e.query_pos.back(), c.seq_len - 1);
+    Example m = mqar_example(c, v, rng);
+    ASSERT_EQ(int(m.tokens.size()), c.seq_len);
+    EXPECT_EQ(int(m.query_pos.size()), std::min(c.mqar_queries, c.mqar_pairs));
+    for (size_t q = 0; q < m.query_pos.size(); ++q)
+      EXPECT_EQ(m.targets[size_t(m.query_pos[q])], m.tokens[size_t(m.query_key_pos[q] + 1)]);
+  }
+  // different fillers put the target key at many phases
+  std::set<int64_t> phases;
+  for (int i = 0; i < 64; ++i) phases.insert(lookup_train_example(c, v, c.n_records, rng).query_key_pos.back() % 8);
+  EXPECT_EQ(phases.size(), 8u);
+}
+
+TEST(Tasks, StreamStateRestoresTheSameExamples) {
+  TaskConfig c;
+  c.seq_len = 180;
+  TaskStream a(c, 9);
+  a.next(0);
+  const std::string s = a.state();
+  Example x = a.next(1);
+  TaskStream b(c, 1234);
+  b.set_state(s);
+  EXPECT_EQ(b.next(1).tokens, x.tokens);
+}
+
+TEST(Training, ShortRunLossFalls) {
+  Preset p = tiny("w8s8-1kv");
+  p.train.steps = 40;
+  p.train.lr = 1e-2;
+  p.train.ckpt_every = 40;
+  std::vector<double> losses;
+  TrainOptions o = quiet(tmp_dir("falls"));
+  p.train.log_every = 1;
+  o.log = [&](const std::string& line) {
+    auto k = line.find(" loss ");
+    if (k != std::string::npos && line.find("held-out") == std::string::npos) losses.push_back(std::stod(line.substr(k + 6)));
+  };
+  TrainResult r = train_run(p, o);
+  ASSERT_EQ(losses.size(), 40u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += losses[size_t(i)] / 5, last += losses[losses.size() - 1 - size_t(i)] / 5;
+  EXPECT_LT(last, first - 0.5) << "first 5 steps " << first << ", last 5 steps " << last;
+  EXPECT_EQ(r.step, 40);
+  EXPECT_TRUE(fs::exists(checkpoint_path(o.out_dir)));
+}
+
+TEST(Training, ResumeIsExactlyTheStraightRun) {
+  for (const std::string name : {"w8s8-1kv", "dsv4-csa"}) {
+    Preset p = tiny(name);
+    const std::string straight = tmp_dir("straight"), staged = tmp_dir("staged");
+    train_run(p, quiet(straight));                          // 12 steps
+    TrainOptions first = quiet(staged);
+    first.stop_after = 5;                                   // 5 steps (checkpoint at 4 and 5)
+    EXPECT_EQ(train_run(p, first).step, 5);
+    TrainResult rest = train_run(p, quiet(staged));         // resume: 7 more
+    EXPECT_TRUE(rest.resumed);
+    EXPECT_EQ(rest.step, 12);
+    LoadedModel a = model_load(straight), b = model_load(staged);
+    auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
+    for (const auto& item : pa)
+      EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << name << " " << item.key();
+    // and training actually moved the weights
+    torch::manual_seed(p.train.seed);
+    Preset q = p;
+    q.model.vocab_size = task_vocab(q.task).size();
+    Decoder init(q.model);
+    EXPECT_FALSE(torch::equal(init->named_parameters()["embed"], pa["embed"]));
+  }
+}
+
+TEST(Checkpoint, DamagedOrTruncatedFilesAreRefused) {
+  Preset p = tiny("full-1kv");
+  p.train.steps = 2;
+  const std::string dir = tmp_dir("corrupt");
+  train_run(p, quiet(dir));
+  const std::string path = checkpoint_path(dir);
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  auto expect_refused = [&](const std::string& content, const std::string& what) {
+    const std::string bad = dir + "/bad.safetensors";
+    std::ofstream(bad, std::ios::binary) << content;
+    try {
+      model_load(bad);
+      ADD_FAILURE() << "accepted a checkpoint that is " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("Fix:"), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(bytes.substr(0, bytes.size() - 100), "truncated in the data");
+  expect_refused(bytes.substr(0, 40), "truncated in the header");
+  expect_refused(bytes.substr(0, 5), "shorter than the length prefix");
+  std::string flipped = bytes;
+  flipped[bytes.size() - 7] ^= 0x5a;
+  expect_refused(flipped, "changed in a data byte");
+  std::string bad_json = bytes;
+  bad_json[9] = '#';
+  expect_refused(bad_json, "not JSON in the header");
+  EXPECT_NO_THROW(model_load(dir));  // the original still loads
+  // a missing file says where it looked
+  try {
+    model_load(dir + "/nowhere");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.safetensors"), std::string::npos);
+  }
+}
+
+TEST(Training, NanLossStopsAndKeepsTheLastGoodCheckpoint) {
+  Preset p = tiny("w8s8-1kv");
+  p.train.steps = 60;
+  p.train.ckpt_every = 1;
+  p.train.warmup = 0;
+  p.train.clip = 0;
+  p.train.weight_decay = 0;
+  p.train.lr = 1e30;  // Adam's first update moves weights by ~1e30; the next forward overflows float32
+  const std::string dir = tmp_dir("nan");
+  TrainResult r = train_run(p, quiet(dir));
+  ASSERT_TRUE(r.nan_stop);
+  EXPECT_NE(r.message.find("at step"), std::string::npos);
+  EXPECT_GE(r.step, 1);
+  EXPECT_LT(r.step, 60);
+  // the kept checkpoint loads and its weights are finite
+  LoadedModel m = model_load(dir);
+  EXPECT_EQ(m.step, r.step);
+  for (const auto& t : m.model->parameters()) EXPECT_TRUE(torch::isfinite(t).all().item<bool>());
+}
+
+}  // namespace
+}  // namespace phasescope
