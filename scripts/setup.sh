@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev  # tests (ctest)
   libbenchmark-dev        # bench/
   gnuplot-nox             # plots (PNG via the pngcairo terminal)
+  chromium                # headless check that the HTML report renders its figures (tests/eval_report_test)
 )
 
 missing=()

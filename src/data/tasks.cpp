@@ -40,7 +40,7 @@ int curriculum_records(const TaskConfig& cfg, int64_t step) {
 Example lookup_train_example(const TaskConfig& cfg, const Vocab& v, int n_records, std::mt19937_64& rng) {
   LookupSpec spec;
   spec.n_records = n_records;
-  spec.n_demos = cfg.n_demos;
+  spec.n_demos = std::min(cfg.n_demos, n_records - 1);  // under a curriculum, fewer records allow fewer demos
   spec.vocab = v;
   const int64_t fixed = lookup_length(spec, 0, std::vector<int>(size_t(n_records - 1), 0), 0);
   if (fixed > cfg.seq_len)

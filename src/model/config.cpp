@@ -87,8 +87,8 @@ void validate(const Preset& p, const std::string& where) {
   need(t.n_records >= 2 && t.n_records <= std::min(t.n_keys, t.n_names), where, "task.n_records",
        "must be in [2, min(n_keys, n_names)]", "lower n_records or raise n_keys / n_names");
   need(t.n_demos >= 0 && t.n_demos < t.n_records, where, "task.n_demos", "must be in [0, n_records)", "e.g. 8");
-  need(t.min_records >= t.n_demos + 1 && t.min_records <= t.n_records, where, "task.min_records",
-       "must be in [n_demos + 1, n_records]", "e.g. 8 with n_demos < 8");
+  need(t.min_records >= 2 && t.min_records <= t.n_records, where, "task.min_records",
+       "must be in [2, n_records] (demonstrations shrink to records - 1 while it is smaller)", "e.g. 8");
   need(t.mqar_pairs >= 1 && t.mqar_pairs <= std::min(t.n_keys, t.n_names), where, "task.mqar_pairs",
        "must be in [1, min(n_keys, n_names)]", "lower mqar_pairs");
   need(t.mqar_queries >= 1, where, "task.mqar_queries", "must be >= 1", "e.g. 16");

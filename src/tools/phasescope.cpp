@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   phasescope::add_zoo_command(app);
   phasescope::add_train_command(app);
+  phasescope::add_eval_command(app);
+  phasescope::add_reproduce_command(app);
   phasescope::add_theory_command(app);
 
   // run the chosen one

@@ -1,0 +1,209 @@
+// journal.cpp — see journal.h.
+#include "eval/journal.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/check.h"
+
+namespace phasescope {
+
+nlohmann::json journal_record_to_json(const JournalRecord& r) {
+  nlohmann::json topk = nlohmann::json::array();
+  for (const auto& [tok, lp] : r.topk) topk.push_back({tok, lp});
+  nlohmann::json j;
+  j["id"] = r.id;
+  j["seed"] = r.seed;
+  j["base"] = r.base;
+  j["cluster"] = r.cluster;
+  j["R"] = r.R;
+  j["residue"] = r.residue;
+  j["target_pos"] = r.target_pos;
+  j["query_pos"] = r.query_pos;
+  j["prompt_len"] = r.prompt_len;
+  j["shift"] = r.shift;
+  j["expected"] = r.expected;
+  j["answer"] = r.answer;
+  j["correct"] = r.correct();  // for people reading the file; statistics recompute it
+  j["logprob"] = std::isfinite(r.logprob) ? nlohmann::json(r.logprob) : nlohmann::json(nullptr);
+  j["topk"] = topk;
+  j["ms"] = r.ms;
+  j["error"] = r.error;
+  j["protocol"] = r.protocol;
+  j["model"] = r.model;
+  j["layout"] = r.layout;
+  j["tokens_hash"] = r.tokens_hash;
+  return j;
+}
+
+JournalRecord journal_record_from_json(const nlohmann::json& j, const std::string& where) {
+  JournalRecord r;
+  const char* field = "";
+  try {
+    if (!j.is_object()) fail(where, "a journal line must be a JSON object", "delete the line or the journal");
+    field = "id";
+    r.id = j.at(field).get<int64_t>();
+    field = "seed";
+    r.seed = j.at(field).get<uint64_t>();
+    field = "base";
+    r.base = j.at(field).get<int>();
+    field = "cluster";
+    r.cluster = j.at(field).get<std::string>();
+    field = "R";
+    r.R = j.at(field).get<int>();
+    field = "residue";
+    r.residue = j.at(field).get<int>();
+    field = "target_pos";
+    r.target_pos = j.at(field).get<int64_t>();
+    field = "query_pos";
+    r.query_pos = j.at(field).get<int64_t>();
+    field = "prompt_len";
+    r.prompt_len = j.at(field).get<int64_t>();
+    field = "shift";
+    r.shift = j.value(field, 0);
+    field = "expected";
+    r.expected = j.at(field).get<int>();
+    field = "answer";
+    r.answer = j.at(field).get<int>();
+    field = "logprob";
+    r.logprob = j.at(field).is_null() ? std::nan("") : j.at(field).get<double>();
+    field = "topk";
+    for (const auto& e : j.at(field))
+      r.topk.emplace_back(e.at(0).get<int>(), e.at(1).is_null() ? std::nan("") : e.at(1).get<double>());
+    field = "ms";
+    r.ms = j.at(field).get<double>();
+    field = "error";
+    r.error = j.at(field).get<std::string>();
+    field = "protocol";
+    r.protocol = j.at(field).get<std::string>();
+    field = "model";
+    r.model = j.at(field).get<std::string>();
+    field = "layout";
+    r.layout = j.value(field, std::string());
+    field = "tokens_hash";
+    r.tokens_hash = j.value(field, std::string());
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, std::string("field '") + field + "' is missing or has the wrong type (" + e.what() + ")",
+         "this is not a phasescope journal line; delete the journal (or the line) and rerun");
+  }
+  if (r.R < 1 || r.residue < 0 || r.residue >= r.R || r.target_pos % r.R != r.residue)
+    fail(where, fmt::format("residue {} does not match target_pos {} mod R {}", r.residue, r.target_pos, r.R),
+         "the journal is corrupt or was edited; delete it and rerun");
+  return r;
+}
+
+std::string journal_tokens_hash(const std::vector<int>& tokens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int t : tokens) {
+    uint32_t u = static_cast<uint32_t>(t);
+    for (int i = 0; i < 4; ++i) {
+      h ^= (u >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return fmt::format("{:016x}", h);
+}
+
+static std::string read_all(const std::string& path, bool* exists) {
+  std::ifstream in(path, std::ios::binary);
+  *exists = static_cast<bool>(in);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+JournalLoad journal_load(const std::string& path) {
+  JournalLoad out;
+  bool exists = false;
+  const std::string text = read_all(path, &exists);
+  if (!exists) return out;
+  const size_t last_nl = text.rfind('\n');
+  const size_t complete = last_nl == std::string::npos ? 0 : last_nl + 1;
+  out.torn_bytes = static_cast<int64_t>(text.size() - complete);
+
+  std::unordered_map<int64_t, size_t> index;  // id -> position in out.records
+  size_t start = 0;
+  int64_t line_no = 0;
+  while (start < complete) {
+    const size_t end = text.find('\n', start);
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      fail(where, "line is not valid JSON (a complete line, so not a torn write)",
+           "the journal was edited or corrupted; delete it (or this line) and rerun");
+    }
+    JournalRecord r = journal_record_from_json(j, where);
+    ++out.lines;
+    if (!r.scored()) ++out.error_lines;
+    auto it = index.find(r.id);
+    if (it == index.end()) {
+      index.emplace(r.id, out.records.size());
+      out.records.push_back(std::move(r));
+      continue;
+    }
+    JournalRecord& old = out.records[it->second];
+    if (old.scored()) {
+      if (r.scored()) ++out.duplicate_lines;  // keep the first answer
+    } else {
+      old = std::move(r);  // an earlier failure is superseded by a later answer (or a later failure)
+    }
+  }
+  return out;
+}
+
+JournalWriter::JournalWriter(const std::string& path) : path_(path) {
+  // cut a torn tail so the next line starts on a fresh line
+  bool exists = false;
+  const std::string text = read_all(path, &exists);
+  if (exists && !text.empty() && text.back() != '\n') {
+    const size_t last_nl = text.rfind('\n');
+    const size_t keep = last_nl == std::string::npos ? 0 : last_nl + 1;
+    torn_cut_ = static_cast<int64_t>(text.size() - keep);
+    if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0)
+      fail(path, std::string("cannot cut the torn last line (") + std::strerror(errno) + ")",
+           "check that the journal is writable");
+  }
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    fail(path, std::string("cannot open the journal for appending (") + std::strerror(errno) + ")",
+         "check that the --out folder exists and is writable");
+}
+
+JournalWriter::~JournalWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void JournalWriter::append(const JournalRecord& r) {
+  const std::string line = journal_record_to_json(r).dump() + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t w = ::write(fd_, line.data() + done, line.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path_, std::string("cannot append to the journal (") + std::strerror(errno) + ")",
+           "check free disk space; rerunning resumes from the last complete line");
+    }
+    done += static_cast<size_t>(w);
+  }
+}
+
+void JournalWriter::sync() {
+  if (::fdatasync(fd_) != 0 && errno != EINVAL)
+    fail(path_, std::string("cannot sync the journal (") + std::strerror(errno) + ")", "check the disk");
+}
+
+}  // namespace phasescope

@@ -1,0 +1,86 @@
+// model_backend.cpp — see model_backend.h.
+#include "eval/model_backend.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/check.h"
+#include "data/tasks.h"
+
+#include <iostream>
+
+namespace phasescope {
+
+ModelBackend::ModelBackend(LoadedModel model, std::string label, int topk, int batch)
+    : model_(std::move(model)), label_(std::move(label)), topk_(topk), batch_(batch) {
+  model_.model->eval();
+  description_ = model_describe(*model_.model);
+}
+
+std::string ModelBackend::describe() const {
+  return fmt::format("{} (in-process, fp32, step {}): {}", label_, model_.step, description_);
+}
+
+std::vector<ScoreResult> ModelBackend::score(const std::vector<ScoreRequest>& batch) {
+  torch::NoGradGuard no_grad;
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t B = int64_t(batch.size());
+  const int64_t V = model_.model->config().vocab_size;
+  int64_t T = 0;
+  for (const auto& r : batch) T = std::max<int64_t>(T, int64_t(r.tokens.size()));
+  // right-padded token ids [B, T] and the index of each prompt's last token [B]
+  auto tokens = torch::zeros({B, T}, torch::kInt64);
+  auto last = torch::empty({B}, torch::kInt64);
+  auto tk = tokens.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < B; ++i) {
+    const auto& r = batch[size_t(i)].tokens;
+    if (r.empty()) fail("model backend", "empty prompt", "every prompt needs at least one token (BOS)");
+    for (size_t t = 0; t < r.size(); ++t) {
+      if (r[t] < 0 || r[t] >= V)
+        fail("model backend", fmt::format("token id {} outside the model's vocabulary of {}", r[t], V),
+             "build prompts with this checkpoint's vocabulary");
+      tk[i][int64_t(t)] = r[t];
+    }
+    last[i] = int64_t(r.size()) - 1;
+  }
+  auto h = model_.model->hidden(tokens);                                                // [B, T, d]
+  auto hl = h.index({torch::arange(B), last});                                           // [B, d]
+  auto logp = torch::log_softmax(model_.model->unembed(hl), -1);                         // [B, V]
+  auto top = logp.topk(std::min<int64_t>(topk_, V), -1);
+  auto tv = std::get<0>(top), ti = std::get<1>(top);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(B);
+  std::vector<ScoreResult> out(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) {
+    ScoreResult& r = out[size_t(i)];
+    r.top1 = int(ti[i][0].item<int64_t>());
+    for (int64_t k = 0; k < ti.size(1); ++k) r.topk.push_back({int(ti[i][k].item<int64_t>()), tv[i][k].item<double>()});
+    const int a = batch[size_t(i)].answer;
+    if (a >= 0 && a < V) r.answer_logprob = logp[i][a].item<double>();
+    r.ms = ms;
+  }
+  return out;
+}
+
+int display_stride(const Preset& p) {
+  for (const auto& a : p.model.layers)
+    if (attn_is_compressed(a) && attn_stride(a) > 1) return attn_stride(a);
+  return 8;
+}
+
+EvalOptions eval_options_for(const Preset& p, PadProtocol protocol, int64_t samples, int R, uint64_t seed) {
+  EvalOptions o;
+  o.model = p.name;
+  o.S = display_stride(p);
+  o.layout.protocol = protocol;
+  o.layout.R = R;
+  o.layout.seed = seed;
+  o.layout.task.n_records = p.task.n_records;
+  o.layout.task.n_demos = std::min(8, p.task.n_records - 1);  // the paper's evaluation format
+  o.layout.task.vocab = task_vocab(p.task);
+  o.layout.n_base = layout_base_count(samples, R);
+  o.log = &std::cout;
+  return o;
+}
+
+}  // namespace phasescope

@@ -1,0 +1,43 @@
+// runner.h — one phase-stratified evaluation, end to end, and the combined report of several:
+//   layout (layout.h) -> skip samples already in out_dir/journal.jsonl -> backend.score in batches of
+//   backend.max_batch() -> append each answer to the journal -> statistics of the whole journal ->
+//   out_dir/{results.json, per_residue.csv, table.txt, layout.txt, eval_*.png, report.html}.
+// Kill it at any point and run the same call again: scored samples are kept, failed and missing ones
+// are scored, nothing is counted twice. Not here: which model answers (backend.h) or the CLI.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "eval/backend.h"
+#include "eval/layout.h"
+#include "eval/results.h"
+
+namespace phasescope {
+
+struct EvalOptions {
+  LayoutSpec layout;            // task, protocol, R, n_base (see layout_base_count), pad, seed, tolerances
+  std::string model = "model";  // preset / run name, recorded in every journal line and in results.json
+  int S = 8;                    // the model's stride: accuracy is also shown folded to r % S
+  int bootstrap = 2000;         // cluster-bootstrap replicates
+  uint64_t bootstrap_seed = 1;
+  bool report = true;           // render the plots and report.html (needs gnuplot)
+  int max_failed_batches = 3;   // give up after this many consecutive batches with no answer at all
+  std::ostream* log = nullptr;  // layout moments and progress lines; nullptr = silent
+};
+
+// Run (or resume) the evaluation into out_dir (created if needed). Throws Error when the layout is
+// refused, the journal belongs to another run, or the backend keeps failing (the journal is kept).
+EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string& out_dir);
+
+// The statistics of out_dir/journal.jsonl alone (no backend call), with the run's metadata.
+EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design, const std::string& out_dir,
+                              const std::string& backend_description, double wall_s);
+
+// Read several results.json files (e.g. models x protocols for `reproduce`) and write, into out_dir,
+// report.html (one figure per protocol with a series per model), results.csv and compare.txt.
+// Returns the runs in the order given.
+std::vector<EvalResults> eval_combined_report(const std::vector<std::string>& results_paths,
+                                              const std::string& out_dir, const std::string& title);
+
+}  // namespace phasescope

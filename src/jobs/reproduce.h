@@ -1,0 +1,32 @@
+// reproduce.h — the main job: train (or reuse) full-1kv, w8s8-1kv and w8s4-1kv at laptop size,
+// evaluate each under both padding protocols, print them side by side with the paper's published
+// numbers for the same run names, and write one combined report. Every stage is resumable: a
+// finished checkpoint is reused (a partial one resumes), a finished journal is only re-read.
+// Not here: the training loop (train/), the evaluation (eval/); this file only sequences them.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace phasescope {
+
+struct ReproduceOptions {
+  std::string out = "runs/reproduce";  // models/<name>/, eval/<name>/<protocol>/, report.html
+  bool quick = false;                  // tiny models and few samples: the pipeline end to end in minutes
+  bool retrain = false;                // train from scratch even where a checkpoint exists
+  std::vector<std::string> models = {"full-1kv", "w8s8-1kv", "w8s4-1kv"};
+  int64_t samples = 0;                 // prompts per model and protocol (0 = the mode's default)
+  int steps = 0;                       // training steps per model (0 = the mode's default)
+};
+
+// The paper's published prefix/in-sequence numbers for a run name (percent), where public.
+struct PaperRow {
+  std::string model, protocol;
+  double mean = -1, worst = -1, gap = -1;  // -1 = not published
+  std::string source;
+};
+std::vector<PaperRow> paper_rows();
+
+// Runs the whole job; returns the path of the combined report.
+std::string reproduce_run(const ReproduceOptions& opt);
+
+}  // namespace phasescope

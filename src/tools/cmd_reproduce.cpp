@@ -1,0 +1,25 @@
+// cmd_reproduce.cpp — `phasescope reproduce [--quick] [--retrain] [--out DIR]`: the main job.
+#include <fmt/format.h>
+
+#include "core/runtime.h"
+#include "jobs/reproduce.h"
+#include "tools/commands.h"
+
+namespace phasescope {
+
+void add_reproduce_command(CLI::App& app) {
+  auto opt = std::make_shared<ReproduceOptions>();
+  auto* cmd = app.add_subcommand("reproduce", "train full-1kv, w8s8-1kv, w8s4-1kv; evaluate per phase; compare with the paper");
+  cmd->add_option("--out", opt->out, "output directory (models/, eval/, report.html)");
+  cmd->add_flag("--quick", opt->quick, "tiny models and few samples: the whole pipeline in a few minutes");
+  cmd->add_flag("--retrain,--train", opt->retrain, "train from scratch even where checkpoints exist");
+  cmd->add_option("--models", opt->models, "presets to run")->delimiter(',');
+  cmd->add_option("--samples", opt->samples, "prompts per model and protocol");
+  cmd->add_option("--steps", opt->steps, "training steps per model");
+  cmd->callback([opt] {
+    fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
+    reproduce_run(*opt);
+  });
+}
+
+}  // namespace phasescope
