@@ -132,11 +132,13 @@ TEST(Runner, WritesItsFilesAndMeasuredPositions) {
   const EvalResults back = results_read(dir + "/results.json");
   EXPECT_EQ(back.meta.model, "fake");
   EXPECT_EQ(back.meta.protocol, "in-sequence");
-  EXPECT_EQ(back.meta.prompt_len, 194);
+  // BOS + 64 records + 32 base gap fillers + 48 pad + 8 demonstrations + the query
+  const int64_t len = 1 + 2 * 64 + 32 + 48 + 2 * 8 + 1;
+  EXPECT_EQ(back.meta.prompt_len, len);
   EXPECT_NEAR(back.stats.pos_mean_range, 0.0, 1e-9);
   for (const JournalRecord& j : journal_load(dir + "/journal.jsonl").records) {
-    EXPECT_EQ(j.query_pos, 193);
-    EXPECT_EQ(j.prompt_len, 194);
+    EXPECT_EQ(j.query_pos, len - 1);
+    EXPECT_EQ(j.prompt_len, len);
     EXPECT_EQ(j.target_pos % 24, j.residue);
     EXPECT_EQ(j.model, "fake");
     EXPECT_EQ(j.protocol, "in-sequence");

@@ -291,10 +291,10 @@ void layout_moments(const std::vector<int64_t>& target_pos, const std::vector<in
 std::string layout_fingerprint(const LayoutSpec& s) {
   const Vocab& v = s.task.vocab;
   return fmt::format(
-      "lookup records={} demos={} vocab={}/{}/{}/{} R={} n_base={} pad={} offset={} protocol={} balance={} "
+      "lookup records={} demos={} vocab={}/{}/{}/{} R={} n_base={} pad={} base_gaps={} offset={} protocol={} balance={} "
       "seed={}",
       s.task.n_records, s.task.n_demos, v.n_fillers, v.n_keys, v.n_names, v.bytes ? "bytes" : "nobytes", s.R,
-      s.n_base, s.pad, s.offset, pad_protocol_name(s.protocol), s.balance ? 1 : 0, s.seed);
+      s.n_base, s.pad, s.base_gaps, s.offset, pad_protocol_name(s.protocol), s.balance ? 1 : 0, s.seed);
 }
 
 int layout_base_count(int64_t samples, int R) {
@@ -329,9 +329,13 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
   std::mt19937_64 rng(spec.seed);
   std::vector<LookupExample> ex(n);
   std::vector<int64_t> a(n);
+  const int gap_total = spec.base_gaps < 0 ? N / 2 : spec.base_gaps;
+  std::vector<std::vector<int>> base_gap(n);  // [n][N - 1] fillers between records, fixed per base example
   for (int b = 0; b < n; ++b) {
     ex[b] = lookup_sample(spec.task, rng);
+    base_gap[b] = spread(gap_total, N - 1, rng);
     a[b] = 1 + 2 * int64_t(ex[b].target);  // the offset is added after the design (below)
+    for (int i = 0; i < ex[b].target; ++i) a[b] += base_gap[b][i];
   }
 
   // the shift of every sample
@@ -372,6 +376,7 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
         for (int i = j; i < N - 1; ++i) gaps[i] = after[i - j];
         post = after[N - 1 - j];
       }
+      for (int i = 0; i < N - 1; ++i) gaps[i] += base_gap[b][i];
       LookupTokens t = lookup_render(spec.task, ex[b], prefix, gaps, post, srng);
       if (spec.offset > 0) {
         // the "shift all inputs by k" control: the very same prompt with k more fillers after BOS
@@ -412,7 +417,9 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
   }
   layout_moments(pos, res, R, &d.groups, &d.mean, &d.var, &d.mean_range, &d.sd_range);
   if (d.mean_range > spec.tol_mean + 1e-9 || d.sd_range > spec.tol_sd + 1e-9) {
-    const int suggest = layout_base_count(int64_t(n) * R, R);
+    // a multiple of R balances the means exactly; the SD span shrinks about as 1 / n_base
+    const int suggest = d.mean_range > spec.tol_mean + 1e-9 && n % R != 0 ? layout_base_count(int64_t(n) * R, R)
+                                                                          : layout_base_count(int64_t(2 * n) * R, R);
     fail(where + fmt::format(", R={}, n_base={}", R, n),
          fmt::format(
              "residue groups differ in target position: the means span {:.3f} tokens (tolerance {}), the "
@@ -420,8 +427,8 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
              d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd,
              spec.balance ? "" : "; this is the naive (balance = false) design"),
          spec.balance
-             ? fmt::format("use a number of base examples that is a multiple of R (e.g. n_base = {}, i.e. "
-                           "{} samples), or raise tol_mean / tol_sd",
+             ? fmt::format("use more base examples, a multiple of R (e.g. n_base = {}, i.e. --samples {}), or "
+                           "raise tol_mean / tol_sd",
                            suggest, int64_t(suggest) * R)
              : "use the balanced design (balance = true)");
   }

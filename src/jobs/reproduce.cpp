@@ -61,7 +61,7 @@ std::string pct_or_na(double v) { return v < 0 ? "n/a" : fmt::format("{:.1f}", v
 
 std::string reproduce_run(const ReproduceOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t samples = opt.samples > 0 ? opt.samples : (opt.quick ? 24 * 24 : 48 * 24);
+  const int64_t samples = opt.samples > 0 ? opt.samples : 48 * 24;
   std::vector<std::string> results;
   for (size_t i = 0; i < opt.models.size(); ++i) {
     const std::string& name = opt.models[i];
