@@ -51,6 +51,7 @@ double step_flops(const Preset& p, int64_t n_params_matmul) {
 
 struct Speed {
   double tok_s = 0, step_s = 0, flops = 0;
+  double fwd_s = 0, bwd_s = 0, opt_s = 0;  // per step: forward + loss, backward, clip + AdamW
 };
 
 Speed phasescope_speed(const Preset& p, int steps) {
@@ -60,14 +61,23 @@ Speed phasescope_speed(const Preset& p, int steps) {
   auto tok = torch::randint(0, p.model.vocab_size, {p.train.batch, p.task.seq_len}, torch::kInt64);
   auto tgt = torch::randint(0, p.model.vocab_size, {p.train.batch, p.task.seq_len}, torch::kInt64);
   std::chrono::steady_clock::time_point t0;
+  Speed out;
   for (int s = 0; s < steps + 2; ++s) {
     if (s == 2) t0 = std::chrono::steady_clock::now();
+    auto ta = std::chrono::steady_clock::now();
     opt.zero_grad();
-    lm_loss(m->forward(tok), tgt).backward();
+    auto loss = lm_loss(m->forward(tok), tgt);
+    auto tb = std::chrono::steady_clock::now();
+    loss.backward();
+    auto tc = std::chrono::steady_clock::now();
     torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
     opt.step();
+    if (s >= 2) {
+      out.fwd_s += std::chrono::duration<double>(tb - ta).count() / steps;
+      out.bwd_s += std::chrono::duration<double>(tc - tb).count() / steps;
+      out.opt_s += seconds_since(tc) / steps;
+    }
   }
-  Speed out;
   out.step_s = seconds_since(t0) / steps;
   out.tok_s = double(p.train.batch) * p.task.seq_len / out.step_s;
   int64_t matmul_params = 0;
@@ -120,6 +130,9 @@ int main() {
     const double py = python_speed(p, false, steps, rt.threads), py_tuned = python_speed(p, true, steps, rt.threads);
     fmt::print("{:<10} {:>14.0f} {:>16.0f} {:>16.0f} {:>10.2f} {:>10.2f} {:>11.1f}%\n", name, ours.tok_s, py, py_tuned,
                py > 0 ? ours.tok_s / py : 0.0, py_tuned > 0 ? ours.tok_s / py_tuned : 0.0, 100 * ours.flops / peak);
+    fmt::print("{:<10} phasescope step {:.0f} ms = forward {:.0f}% + backward {:.0f}% + clip/AdamW {:.0f}%\n", "",
+               1e3 * ours.step_s, 100 * ours.fwd_s / ours.step_s, 100 * ours.bwd_s / ours.step_s,
+               100 * ours.opt_s / ours.step_s);
   }
   return 0;
 }

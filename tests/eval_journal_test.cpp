@@ -22,12 +22,7 @@ namespace {
 namespace te = testing_eval;
 namespace fs = std::filesystem;
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using te::slurp;
 
 void spit(const std::string& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);

@@ -26,12 +26,7 @@ namespace {
 namespace te = testing_eval;
 namespace fs = std::filesystem;
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using te::slurp;
 
 EvalResults synthetic_results(const std::string& model, const std::string& protocol, double depth,
                               uint64_t seed) {

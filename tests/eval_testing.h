@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -16,6 +18,14 @@
 
 namespace phasescope {
 namespace testing_eval {
+
+// The whole file as a string (empty when it cannot be read).
+inline std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 // The target key's position: the last token is the query key; its earlier occurrence is the record.
 inline int64_t target_position(const std::vector<int>& t) {
