@@ -211,12 +211,7 @@ std::string attn_config_to_json(const AttnConfig& c) {
 }
 
 AttnConfig attn_config_from_json(const std::string& text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(where, std::string("not valid JSON (") + e.what() + ")", "check the attention config's syntax");
-  }
+  json j = json_parse_or_fail(text, where, "check the attention config's syntax");
   if (!j.is_object()) fail(where, "attention config must be a JSON object", "write {\"kind\": \"chunked\", ...}");
   if (!j.contains("kind") || !j["kind"].is_string())
     fail(where + " field 'kind'", "missing or not a string", "add \"kind\": \"full\" (or window, chunked, dsv4-csa, hca, v41-csa2)");

@@ -15,6 +15,15 @@
 
 namespace phasescope {
 
+// Parse `text` or throw an Error naming `where`, the parser's complaint and `fix`.
+inline nlohmann::json json_parse_or_fail(const std::string& text, const std::string& where, const std::string& fix) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(where, std::string("not valid JSON (") + e.what() + ")", fix);
+  }
+}
+
 template <class S>
 struct JsonField {
   std::function<nlohmann::json(const S&)> get;

@@ -77,9 +77,10 @@ std::string reproduce_run(const ReproduceOptions& opt) {
     TrainResult tr = train_run(p, topt);
     if (tr.nan_stop) fail("reproduce " + name, tr.message, "lower train.lr in presets/" + name + ".json and rerun");
 
-    // evaluate it under both padding protocols
+    // evaluate it under both padding protocols (one load; the backends share the module)
+    const LoadedModel trained = model_load(model_dir);
     for (PadProtocol protocol : {PadProtocol::Prefix, PadProtocol::InSequence}) {
-      LoadedModel m = model_load(model_dir);
+      LoadedModel m = trained;
       EvalOptions eo = eval_options_for(m.preset, protocol, samples, 24, 1);
       ModelBackend backend(std::move(m), name);
       const std::string eval_dir = (fs::path(opt.out) / "eval" / name / pad_protocol_name(protocol)).string();

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 
 namespace phasescope {
 
@@ -128,12 +129,7 @@ TensorMap safetensors_load(const std::string& path, std::string* header_json) {
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
   if (len > bytes.size() - 8) fail(path, "header length " + std::to_string(len) + " exceeds the file size", fix);
-  json header;
-  try {
-    header = json::parse(bytes.substr(8, len));
-  } catch (const json::parse_error& e) {
-    fail(path, std::string("header is not valid JSON (") + e.what() + ")", fix);
-  }
+  json header = json_parse_or_fail(bytes.substr(8, len), path + " header", fix);
   const size_t data0 = 8 + len;
   const uint64_t data_size = bytes.size() - data0;
   if (!header.is_object() || !header.contains("__metadata__") || !header["__metadata__"].contains("phasescope"))

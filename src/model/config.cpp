@@ -159,12 +159,7 @@ Preset preset_load(const std::string& name_or_path) {
 }
 
 Preset preset_from_json(const std::string& text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(where, std::string("not valid JSON (") + e.what() + ")", "fix the preset's syntax");
-  }
+  json j = json_parse_or_fail(text, where, "fix the preset's syntax");
   if (!j.is_object()) fail(where, "a preset must be a JSON object", "see presets/w8s8-1kv.json");
   for (auto it = j.begin(); it != j.end(); ++it) {
     static const std::set<std::string> known = {"name", "description", "model", "attention", "layers", "task", "train"};

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 #include "data/tasks.h"
 #include "model/checkpoint.h"
 
@@ -97,11 +98,7 @@ Restored read_checkpoint(const std::string& path) {
   Restored r;
   std::string h;
   r.tensors = safetensors_load(path, &h);
-  try {
-    r.header = json::parse(h);
-  } catch (const json::parse_error& e) {
-    fail(path, std::string("phasescope header is not valid JSON (") + e.what() + ")", "the checkpoint is damaged; retrain");
-  }
+  r.header = json_parse_or_fail(h, path + " phasescope header", "the checkpoint is damaged; retrain");
   for (const char* k : {"version", "preset", "step", "data_state"})
     if (!r.header.contains(k)) fail(path, std::string("phasescope header lacks '") + k + "'", "the checkpoint is damaged; retrain");
   return r;
@@ -235,6 +232,13 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   const int64_t first = step;
   res.step = step;
   model->train();
+  // a diverged run stops here, before any optimizer step or save; `what` says what overflowed
+  auto diverged = [&](const std::string& what) {
+    res.nan_stop = true;
+    res.message = fmt::format("{}: training stopped; the last good checkpoint ({}) is kept", what,
+                              fs::exists(ckpt) ? ckpt : std::string("none written yet"));
+    log(res.message);
+  };
   while (step < end) {
     const double lr = lr_at(tc, step);
     for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -246,10 +250,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     auto loss = lm_loss(model->forward(b.tokens), b.targets);
     const double lv = loss.item<double>();
     if (!std::isfinite(lv)) {
-      res.nan_stop = true;
-      res.message = fmt::format("loss became {} at step {}: training stopped; the last good checkpoint ({}) is kept", lv,
-                                step + 1, fs::exists(ckpt) ? ckpt : std::string("none written yet"));
-      log(res.message);
+      diverged(fmt::format("loss became {} at step {}", lv, step + 1));
       break;
     }
     loss.backward();
@@ -257,10 +258,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     const double gnorm = torch::nn::utils::clip_grad_norm_(model->parameters(),
                                                            tc.clip > 0 ? tc.clip : std::numeric_limits<double>::infinity());
     if (!std::isfinite(gnorm)) {
-      res.nan_stop = true;
-      res.message = fmt::format("gradient norm became {} at step {}: training stopped; the last good checkpoint ({}) is kept",
-                                gnorm, step + 1, fs::exists(ckpt) ? ckpt : std::string("none written yet"));
-      log(res.message);
+      diverged(fmt::format("gradient norm became {} at step {}", gnorm, step + 1));
       break;
     }
     optimizer.step();
@@ -300,10 +298,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       bool finite = true;
       for (const auto& p : model->parameters()) finite = finite && torch::isfinite(p).all().item<bool>();
       if (!finite) {  // never overwrite a good checkpoint with diverged weights
-        res.nan_stop = true;
-        res.message = fmt::format("weights became non-finite by step {}: training stopped; the last good checkpoint ({}) is kept",
-                                  step, fs::exists(ckpt) ? ckpt : std::string("none written yet"));
-        log(res.message);
+        diverged(fmt::format("weights became non-finite by step {}", step));
         break;
       }
       save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv);
