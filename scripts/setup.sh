@@ -10,6 +10,8 @@ PACKAGES=(
   libopenblas0-openmp     # without it libtorch's matmuls use the slow reference BLAS
   nlohmann-json3-dev      # JSON configs, journals, checkpoint headers
   libcli11-dev            # CLI parsing
+  libpcre2-dev            # Unicode regexes of HuggingFace pre-tokenizers (src/tokenizer)
+  libcpp-httplib-dev      # HTTP client for probes, HTTP server for `phasescope serve`
   libfmt-dev              # formatting
   libgtest-dev libgmock-dev  # tests (ctest)
   libbenchmark-dev        # bench/
