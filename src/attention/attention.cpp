@@ -226,7 +226,8 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
       auto jj = torch::arange(j0, j0 + N, iopt);                                       // [N]
       auto tok = jj.view({N, 1}) * S + torch::arange(W, iopt).view({1, W}) - pos0;      // [N, W] token index
       auto xg = x.index({Slice(), tok});                                               // [B, N, W, d]
-      auto pool = [&](const std::string& br, AttnTrace* tr) {
+      torch::Tensor alpha_k;
+      auto pool = [&](const std::string& br, torch::Tensor* alpha_out) {
         torch::Tensor payload;                                                         // [B, N, W, Hkv, D]
         if (c.per_offset_payload) payload = per_offset_apply(xg, param(br + "_payload"));
         else payload = matmul_wt(xg, param(br + "_payload").reshape({Hkv * D, c.d_model})).view({B, N, W, Hkv, D});
@@ -244,11 +245,16 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
           }
           alpha = torch::softmax(logits, 2);
         }
-        if (tr) tr->gate_alpha = alpha.detach();
+        if (trace) *alpha_out = alpha.detach();
         return (alpha * payload).sum(2);                                               // [B, N, Hkv, D]
       };
-      kc = rope_apply(rms_norm_opt(pool("ck", trace), kn), jj * S, attn_comp_rope_dims(c), c.rope_theta);
-      vc = c.tied_kv ? kc : pool("cv", nullptr);
+      torch::Tensor alpha_v;
+      kc = rope_apply(rms_norm_opt(pool("ck", &alpha_k), kn), jj * S, attn_comp_rope_dims(c), c.rope_theta);
+      vc = c.tied_kv ? kc : pool("cv", &alpha_v);
+      if (trace) {
+        trace->gate_alpha = alpha_k;
+        trace->gate_alpha_v = alpha_v;
+      }
       entry_last = jj * S + W - 1;
       if (trace) trace->entry_start = jj * S;
     }
@@ -264,7 +270,7 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
 
   auto sink = c.sink ? param("sink") : torch::Tensor();
   auto o = joint_attention(q, k, v, kc, vc, entry_last, torch::Tensor(), local, sink, pos0, trace);
-  return matmul_wt(o.reshape({B, T, H * D}), param("wo"));
+  return output(o);
 }
 
 // DeepSeek V4 compressor (prefix "comp_" or "idx_comp_"), output `width` dims per entry.
@@ -273,8 +279,9 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
 // (tokens before pos0 are absent: logit -inf). Then RMSNorm and RoPE at j*m.
 // Returns [B, N, 1, width]; starts [N] = j*m.
 static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& x, int64_t pos0,
-                                 const std::string& pre, int64_t width, int rope_dims, torch::Tensor* starts) {
-  const int64_t B = x.size(0), T = x.size(1), m = c.ratio;
+                                 const std::string& pre, int64_t width, int rope_dims, torch::Tensor* starts,
+                                 torch::Tensor* alpha_out = nullptr) {
+  const int64_t T = x.size(1), m = c.ratio;
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   const int64_t j0 = (pos0 + m - 1) / m, j1 = (pos0 + T) / m - 1, N = std::max<int64_t>(0, j1 - j0 + 1);
   if (N == 0) return torch::Tensor();
@@ -296,7 +303,9 @@ static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const 
     feat = torch::cat({pf, feat}, 2L);                                                  // [B, N, 2m, width]
     logit = torch::cat({pl, logit}, 2L);
   }
-  auto pooled = (torch::softmax(logit, 2) * feat).sum(2);                              // [B, N, width]
+  auto alpha = torch::softmax(logit, 2);                                                // [B, N, kappa*m, width]
+  if (alpha_out) *alpha_out = alpha.detach().unsqueeze(3);                             // [B, N, kappa*m, 1, width]
+  auto pooled = (alpha * feat).sum(2);                                                 // [B, N, width]
   pooled = rms_norm(pooled, mod.param(pre + "norm"), c.norm_eps).unsqueeze(2);         // [B, N, 1, width]
   if (starts) *starts = jj * m;
   return rope_apply(pooled, jj * m, rope_dims, c.rope_theta);
@@ -321,7 +330,7 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
 
   // compressed entries [B, N, 1, D], visible iff (j+1)*m - 1 <= p
   torch::Tensor starts;
-  auto kc = ds_compress(*this, c, x, pos0, "comp_", D, rd, &starts);
+  auto kc = ds_compress(*this, c, x, pos0, "comp_", D, rd, &starts, trace ? &trace->gate_alpha : nullptr);
   torch::Tensor entry_last, entry_mask;
   if (kc.defined()) {
     const int64_t N = kc.size(1);
@@ -352,7 +361,14 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   auto sink = c.sink ? param("sink") : torch::Tensor();
   auto o = joint_attention(q, lat, lat, kc, kc, entry_last, entry_mask, local, sink, pos0, trace);  // [B, T, H, D]
   o = rope_apply(o, pos, rd, c.rope_theta, /*sign=*/-1);  // de-rotate the output's rotary dims
-  return matmul_wt(o.reshape({B, T, H * D}), param("wo"));
+  return output(o);
+}
+
+torch::Tensor AttentionImpl::output(const torch::Tensor& o) {
+  const int64_t B = o.size(0), T = o.size(1);
+  auto h = head_hook_ ? head_hook_(o) : o;                                              // [B, T, H, D]
+  PS_ASSERT(h.sizes() == o.sizes(), "attention head hook must return [B, T, H, D] unchanged in shape");
+  return matmul_wt(h.reshape({B, T, cfg_.n_heads * cfg_.head_dim}), param("wo"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -20,8 +21,17 @@ struct AttnTrace {
   torch::Tensor entry_prob;   // [B, H, T, N] softmax mass on each compressed entry (0 = not attended)
   torch::Tensor entry_start;  // [N] absolute first-token position of each entry (its RoPE position)
   torch::Tensor raw_prob;     // [B, H, T, T] softmax mass on each raw token (dense; small T only)
-  torch::Tensor gate_alpha;   // chunked: [B, N, W, Hkv, 1 or D] key-branch gate weights per window
+  // Gate weights per window over its W offsets (offset i of entry j is token j*S + i - (W - S) for the
+  // DeepSeek overlap, j*S + i for chunked; either way its phase is i % S).
+  torch::Tensor gate_alpha;    // chunked: [B, N, W, Hkv, 1 or D] key branch; DeepSeek: the compressor's
+                               // [B, N, kappa*m, 1, D] (one branch, K = V)
+  torch::Tensor gate_alpha_v;  // chunked with separate K/V: [B, N, W, Hkv, 1 or D] value branch; else undefined
 };
+
+// Called on the per-head attention outputs o [B, T, H, D] (positions pos0.., after DeepSeek's output
+// de-rotation) just before the output matrix; returns what goes on. Used by explain/ (capture, mean
+// replacement); unset in training and evaluation.
+using HeadHook = std::function<torch::Tensor(const torch::Tensor& o)>;
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -31,14 +41,18 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, int64_t pos0 = 0, AttnTrace* trace = nullptr);
 
   const AttnConfig& config() const { return cfg_; }
+  void set_head_hook(HeadHook hook) { head_hook_ = std::move(hook); }  // empty = none
   torch::Tensor& param(const std::string& name);  // throws if this config has no such parameter
 
  private:
   torch::Tensor forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
   torch::Tensor forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
 
+  torch::Tensor output(const torch::Tensor& o);  // o [B, T, H, D] -> hook -> W_o -> [B, T, d]
+
   AttnConfig cfg_;
   std::map<std::string, torch::Tensor> params_;
+  HeadHook head_hook_;
 };
 TORCH_MODULE(Attention);
 

@@ -224,14 +224,17 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
 }
 
 std::vector<EvalResults> eval_combined_report(const std::vector<std::string>& results_paths,
-                                              const std::string& out_dir, const std::string& title) {
+                                              const std::string& out_dir, const std::string& title,
+                                              const std::vector<ReportSection>& extra) {
   if (results_paths.empty()) fail("combined report", "no results.json files given", "pass at least one");
   std::vector<EvalResults> runs;
   for (const std::string& p : results_paths) runs.push_back(results_read(p));
   report_make_dir(out_dir);
   report_write_text(out_dir + "/results.csv", results_csv(runs));
   report_write_text(out_dir + "/compare.txt", results_format_compare(runs));
-  report_write(eval_report_doc(runs, out_dir, title), out_dir + "/report.html");
+  ReportDoc doc = eval_report_doc(runs, out_dir, title);
+  for (const ReportSection& s : extra) report_add_section(doc, s);
+  report_write(doc, out_dir + "/report.html");
   return runs;
 }
 

@@ -12,6 +12,7 @@
 #include "eval/backend.h"
 #include "eval/layout.h"
 #include "eval/results.h"
+#include "report/document.h"
 
 namespace phasescope {
 
@@ -37,7 +38,9 @@ EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design
 // Read several results.json files (e.g. models x protocols for `reproduce`) and write, into out_dir,
 // report.html (one figure per protocol with a series per model), results.csv and compare.txt.
 // Returns the runs in the order given.
+// `extra` sections (e.g. explain/) are appended after the evaluation's own.
 std::vector<EvalResults> eval_combined_report(const std::vector<std::string>& results_paths,
-                                              const std::string& out_dir, const std::string& title);
+                                              const std::string& out_dir, const std::string& title,
+                                              const std::vector<ReportSection>& extra = {});
 
 }  // namespace phasescope

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "eval/model_backend.h"
 #include "eval/runner.h"
+#include "explain/explain.h"
 #include "model/config.h"
 #include "train/trainer.h"
 
@@ -63,6 +64,7 @@ std::string reproduce_run(const ReproduceOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t samples = opt.samples > 0 ? opt.samples : 48 * 24;
   std::vector<std::string> results;
+  std::vector<ReportSection> explained;
   for (size_t i = 0; i < opt.models.size(); ++i) {
     const std::string& name = opt.models[i];
     // train (or reuse / resume) the model
@@ -90,10 +92,25 @@ std::string reproduce_run(const ReproduceOptions& opt) {
       run_eval(backend, eo, eval_dir);
       results.push_back((fs::path(eval_dir) / "results.json").string());
     }
+
+    // why: knockouts, gate profiles, gate cycling (prefix protocol)
+    if (opt.explain) {
+      LoadedModel m = trained;
+      ExplainOptions xo;
+      xo.samples = opt.quick ? 96 : 576;
+      xo.calib_samples = opt.quick ? 48 : 192;
+      xo.log = &std::cout;
+      const std::string explain_dir = (fs::path(opt.out) / "explain" / name).string();
+      fmt::print("--- {} / explain -> {}\n", name, explain_dir);
+      ExplainResults xr = explain_run(*m.model, m.preset, xo, explain_dir);
+      fmt::print("{}", explain_summary(xr));
+      explained.push_back(explain_report_section(xr, explain_dir, "explain-" + name));
+    }
   }
 
   // one report over all runs, and the table beside the paper's numbers
-  auto runs = eval_combined_report(results, opt.out, opt.quick ? "phasescope reproduce --quick" : "phasescope reproduce");
+  auto runs = eval_combined_report(results, opt.out, opt.quick ? "phasescope reproduce --quick" : "phasescope reproduce",
+                                   explained);
   fmt::print("\n{}\n", results_format_compare(runs));
   fmt::print("side by side with the paper (percent; ours: mean of residue accuracies [95% cluster-bootstrap CI])\n");
   fmt::print("{:<10} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", "model", "protocol", "ours mean", "worst",

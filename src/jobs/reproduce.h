@@ -16,6 +16,7 @@ struct ReproduceOptions {
   std::vector<std::string> models = {"full-1kv", "w8s8-1kv", "w8s4-1kv"};
   int64_t samples = 0;                 // prompts per model and protocol (0 = the mode's default)
   int steps = 0;                       // training steps per model (0 = the mode's default)
+  bool explain = true;                 // run explain/ on every model: explain/<name>/ and a report section
 };
 
 // The paper's published prefix/in-sequence numbers for a run name (percent), where public.

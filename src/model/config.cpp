@@ -34,6 +34,7 @@ const JsonTable<ModelConfig>& model_table() {
       {"n_heads", json_field(&ModelConfig::n_heads)},       {"n_kv_heads", json_field(&ModelConfig::n_kv_heads)},
       {"head_dim", json_field(&ModelConfig::head_dim)},     {"mlp_hidden", json_field(&ModelConfig::mlp_hidden)},
       {"tied_embeddings", json_field(&ModelConfig::tied_embeddings)},
+      {"token_shift", json_field(&ModelConfig::token_shift)},
       {"norm_eps", json_field(&ModelConfig::norm_eps)},     {"init_std", json_field(&ModelConfig::init_std)},
       {"vocab_size", json_field(&ModelConfig::vocab_size)},
   };
@@ -81,6 +82,8 @@ void validate(const Preset& p, const std::string& where) {
   const auto& r = p.train;
   need(p.model.n_layers >= 1, where, "model.n_layers", "must be >= 1", "e.g. 2");
   need(p.model.mlp_hidden >= 0, where, "model.mlp_hidden", "must be >= 0", "0 = attention-only");
+  need(p.model.token_shift >= 0 && p.model.token_shift <= 16, where, "model.token_shift", "must be in [0, 16]",
+       "0 = off (the paper's decoder), 1-4 = a short causal convolution before each attention");
   need(t.task == "lookup" || t.task == "mqar" || t.task == "text" || t.task == "mix", where, "task.task",
        "unknown task '" + t.task + "'", "use lookup, mqar, text or mix");
   need(t.seq_len >= 16, where, "task.seq_len", "must be >= 16", "e.g. 256");

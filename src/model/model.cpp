@@ -29,6 +29,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) : cfg_(cfg) {
     }
     attn_.push_back(register_module("attn" + s, a));
     attn_norm_.push_back(register_parameter("attn_norm" + s, torch::ones({d})));
+    if (cfg_.token_shift > 0) shift_.push_back(register_parameter("shift" + s, torch::zeros({cfg_.token_shift, d})));
     if (F > 0) {
       mlp_norm_.push_back(register_parameter("mlp_norm" + s, torch::ones({d})));
       w_gate_.push_back(register_parameter("mlp_gate" + s, torch::randn({F, d}) * std));
@@ -38,10 +39,21 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) : cfg_(cfg) {
   }
 }
 
-torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0) {
+torch::Tensor token_shift_apply(const torch::Tensor& x, const torch::Tensor& c) {
+  const int64_t T = x.size(1), K = c.size(0);
+  auto out = torch::zeros_like(x);
+  for (int64_t k = 1; k <= std::min(K, T - 1); ++k)  // x_{t-k}: zero before the sequence start
+    out = out + torch::constant_pad_nd(x.narrow(1, 0, T - k), {0, 0, k, 0}) * c[k - 1];
+  return out;
+}
+
+torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0, std::vector<AttnTrace>* traces) {
   auto h = torch::embedding(embed_, tokens);                                          // [B, T, d]
+  if (traces) traces->assign(attn_.size(), AttnTrace{});
   for (size_t l = 0; l < attn_.size(); ++l) {
-    h = h + attn_[l]->forward(rms_norm(h, attn_norm_[l], cfg_.norm_eps), pos0);
+    auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);                                // [B, T, d]
+    if (cfg_.token_shift > 0) a = a + token_shift_apply(a, shift_[l]);
+    h = h + attn_[l]->forward(a, pos0, traces ? &(*traces)[l] : nullptr);
     if (cfg_.mlp_hidden > 0) {
       auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);
       h = h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()), w_down_[l].t());

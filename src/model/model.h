@@ -18,7 +18,8 @@ class DecoderImpl : public torch::nn::Module {
   explicit DecoderImpl(const ModelConfig& cfg);
 
   torch::Tensor forward(const torch::Tensor& tokens, int64_t pos0 = 0);         // logits [B, T, V]
-  torch::Tensor hidden(const torch::Tensor& tokens, int64_t pos0 = 0);          // final-normed [B, T, d]
+  // final-normed [B, T, d]; traces (optional): one AttnTrace per layer, filled (explain/, tests)
+  torch::Tensor hidden(const torch::Tensor& tokens, int64_t pos0 = 0, std::vector<AttnTrace>* traces = nullptr);
   torch::Tensor unembed(const torch::Tensor& h);                                // [..., d] -> [..., V]
 
   const ModelConfig& config() const { return cfg_; }
@@ -31,10 +32,14 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor final_norm_;                          // [d]
   std::vector<Attention> attn_;                       // [n_layers]
   std::vector<torch::Tensor> attn_norm_, mlp_norm_;   // [n_layers] x [d]
+  std::vector<torch::Tensor> shift_;                  // [n_layers] x [token_shift, d] (token_shift > 0 only)
   std::vector<torch::Tensor> w_gate_, w_up_;          // [n_layers] x [mlp_hidden, d]
   std::vector<torch::Tensor> w_down_;                 // [n_layers] x [d, mlp_hidden]
 };
 TORCH_MODULE(Decoder);
+
+// sum_{k=1..K} c[k-1] * x[:, t-k, :] (zero where t - k < 0). x [B, T, d], c [K, d] -> [B, T, d].
+torch::Tensor token_shift_apply(const torch::Tensor& x, const torch::Tensor& c);
 
 // Mean cross-entropy over positions whose target is >= 0. logits [B, T, V], targets [B, T].
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -81,11 +81,56 @@ static bool write_series(const PlotSeries& s, const fs::path& file) {
 }
 
 // The commands for one panel; data files are written next to the script as p<i>_s<j>.dat.
-static std::string panel_script(const PlotPanel& p, int index, const fs::path& dir) {
+// A heatmap: one data row "x y value" per cell, drawn with image, the values printed on top.
+static std::string heatmap_script(const PlotPanel& p, int index, const fs::path& dir) {
+  const size_t R = p.heat.size(), C = R ? p.heat[0].size() : 0;
+  PS_ASSERT(p.heat_rows.size() == R && p.heat_cols.size() == C, "heatmap labels must match the matrix");
   std::ostringstream gp;
   gp << "set title " << gp_quote(p.title) << "\n";
   gp << "set xlabel " << gp_quote(p.xlabel) << "\nset ylabel " << gp_quote(p.ylabel) << "\n";
-  gp << "set grid\n" << (p.logx ? "set logscale x\n" : "unset logscale x\n");
+  gp << "unset grid\nunset logscale x\nunset key\nset offsets 0, 0, 0, 0\n";
+  if (R == 0 || C == 0) return gp.str() + "set xrange [0:1]\nset yrange [0:1]\nset label 1 'no data' at graph 0.5,0.5 center\nplot -1 notitle\nunset label 1\n";
+  const fs::path file = dir / ("p" + std::to_string(index) + "_heat.dat");
+  const fs::path labels = dir / ("p" + std::to_string(index) + "_heat_labels.dat");  // finite cells only
+  double amax = 0;
+  {
+    std::ofstream f(file), g(labels);
+    for (size_t i = 0; i < R; ++i) {
+      PS_ASSERT(p.heat[i].size() == C, "heatmap rows must have equal lengths");
+      for (size_t j = 0; j < C; ++j) {
+        const double v = p.heat[i][j];
+        f << j << " " << (R - 1 - i) << " " << (std::isfinite(v) ? gp_number(v) : std::string("NaN")) << "\n";
+        if (!std::isfinite(v)) continue;
+        amax = std::max(amax, std::fabs(v));
+        g << j << " " << (R - 1 - i) << " " << gp_number(v) << "\n";
+      }
+      f << "\n";
+    }
+    g << "-9 -9 0\n";  // never empty (outside the ranges)
+  }
+  if (amax == 0) amax = 1;
+  gp << "set xrange [-0.5:" << C - 0.5 << "]\nset yrange [-0.5:" << R - 0.5 << "]\n";
+  gp << "set xtics (";
+  for (size_t j = 0; j < C; ++j) gp << (j ? ", " : "") << gp_quote(p.heat_cols[j]) << " " << j;
+  gp << ")\nset ytics (";
+  for (size_t i = 0; i < R; ++i) gp << (i ? ", " : "") << gp_quote(p.heat_rows[i]) << " " << (R - 1 - i);
+  gp << ")\n";
+  if (p.heat_diverging)
+    gp << "set palette defined (-1 '#2166ac', 0 '#f7f7f7', 1 '#b2182b')\nset cbrange [" << gp_number(-amax) << ":" << gp_number(amax) << "]\n";
+  else
+    gp << "set palette defined (0 '#f7f7f7', 1 '#b2182b')\nset cbrange [0:" << gp_number(amax) << "]\n";
+  const std::string q = gp_quote(file.string());
+  gp << "plot " << q << " using 1:2:3 with image, \\\n     " << gp_quote(labels.string())
+     << " using 1:2:(sprintf('%.0f', $3)) with labels font ',8'\n";
+  return gp.str();
+}
+
+static std::string panel_script(const PlotPanel& p, int index, const fs::path& dir) {
+  if (p.style == PlotStyle::Heatmap) return heatmap_script(p, index, dir);
+  std::ostringstream gp;
+  gp << "set title " << gp_quote(p.title) << "\n";
+  gp << "set xlabel " << gp_quote(p.xlabel) << "\nset ylabel " << gp_quote(p.ylabel) << "\n";
+  gp << "set grid\n" << (p.logx ? "set logscale x\n" : "unset logscale x\n") << "set ytics autofreq\n";
   // x range: bars autoscale around their boxes; lines fit the data with a small margin
   if (p.style == PlotStyle::Bars)
     gp << "set xrange [*:*]\nset autoscale x\nset offsets 0, 0, 0, 0\n";
@@ -141,6 +186,7 @@ static std::string panel_script(const PlotPanel& p, int index, const fs::path& d
         gp << file << (err ? " using 1:2" + ecols + " with yerrorbars" : std::string(" using 1:2 with points")) << " pt 7 ps 0.9" << color
            << " " << title;
         break;
+      case PlotStyle::Heatmap: break;  // handled by heatmap_script
       case PlotStyle::Bars: {
         const std::string shift = gp_number((k - (n - 1) / 2.0) * bw);
         gp << file << " using ($1+" << shift << "):2 with boxes" << color << " " << title;

@@ -17,6 +17,7 @@ enum class PlotStyle {
   LinesPoints,  // line and markers
   Points,       // markers only (with error bars: yerrorbars)
   Bars,         // boxes, series side by side at each x; x values are categories one unit apart
+  Heatmap,      // the panel's `heat` matrix as coloured cells with their values printed; no series
 };
 
 // One series: n points, optionally with symmetric y error bars.
@@ -40,6 +41,10 @@ struct PlotPanel {
   std::vector<std::pair<double, std::string>> xtics;   // labelled tics (e.g. bar categories); empty: auto
   bool key = true;                                     // show the legend
   bool key_outside = true;                             // legend right of the plot (never over the data)
+  // Heatmap only: heat[i][j] is row i (drawn top to bottom), column j; NaN cells stay blank.
+  std::vector<std::vector<double>> heat;
+  std::vector<std::string> heat_rows, heat_cols;       // labels (sizes = rows, columns)
+  bool heat_diverging = true;                          // blue-white-red around 0 (else white to red)
 };
 
 // Several panels in a grid, row-major, in one PNG.

@@ -17,7 +17,7 @@ namespace {
 // Command-line overrides of a preset; unset ones leave the preset's value.
 struct Overrides {
   std::optional<std::string> task, text;
-  std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, seq, batch, records, warmup, curriculum;
+  std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, token_shift, seq, batch, records, warmup, curriculum;
   std::optional<int> eval_every;
   std::optional<double> lr, text_ratio;
   std::optional<uint64_t> seed;
@@ -34,6 +34,7 @@ void add_override_options(CLI::App* cmd, Overrides& o) {
   cmd->add_option("--kv-heads", o.kv_heads, "KV heads (1 = MQA)");
   cmd->add_option("--head-dim", o.head_dim, "head dimension");
   cmd->add_option("--mlp", o.mlp, "SwiGLU hidden width (0 = attention-only)");
+  cmd->add_option("--token-shift", o.token_shift, "causal token-shift width before each attention (0 = off, the paper's decoder)");
   cmd->add_option("--seq", o.seq, "context length of training sequences");
   cmd->add_option("--batch", o.batch, "sequences per step");
   cmd->add_option("--records", o.records, "lookup records per prompt");
@@ -54,6 +55,7 @@ void apply(Preset& p, const Overrides& o) {
   if (o.kv_heads) p.model.n_kv_heads = *o.kv_heads;
   if (o.head_dim) p.model.head_dim = *o.head_dim;
   if (o.mlp) p.model.mlp_hidden = *o.mlp;
+  if (o.token_shift) p.model.token_shift = *o.token_shift;
   if (o.seq) p.task.seq_len = *o.seq;
   if (o.batch) p.train.batch = *o.batch;
   if (o.records) p.task.n_records = *o.records;

@@ -5,10 +5,11 @@
 
 namespace phasescope {
 
-void add_zoo_command(CLI::App& app);     // smoke run of the attention zoo (cmd_zoo.cpp)
-void add_theory_command(CLI::App& app);
-void add_train_command(CLI::App& app);   // train a preset; list presets (cmd_train.cpp)
-void add_eval_command(CLI::App& app);
-void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)    // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)  // idealized retrieval model, gradient flow (cmd_theory.cpp)
+void add_zoo_command(CLI::App& app);        // smoke run of the attention zoo (cmd_zoo.cpp)
+void add_theory_command(CLI::App& app);     // idealized retrieval model, gradient flow (cmd_theory.cpp)
+void add_train_command(CLI::App& app);      // train a preset; list presets (cmd_train.cpp)
+void add_eval_command(CLI::App& app);       // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)
+void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)
+void add_explain_command(CLI::App& app);    // knockouts, gate profiles, gate cycling (cmd_explain.cpp)
 
 }  // namespace phasescope

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   phasescope::add_zoo_command(app);
   phasescope::add_train_command(app);
   phasescope::add_eval_command(app);
+  phasescope::add_explain_command(app);
   phasescope::add_reproduce_command(app);
   phasescope::add_theory_command(app);
 
