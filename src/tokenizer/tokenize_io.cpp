@@ -8,6 +8,7 @@
 #include <ostream>
 
 #include "core/check.h"
+#include "tokenizer/text.h"
 
 namespace phasescope {
 
@@ -20,11 +21,15 @@ std::string ids_json(const std::vector<int>& ids) {
   return s + "]";
 }
 
-std::vector<int> tokenize_text(const Tokenizer& tok, const std::string& text, const TokenizeOptions& o) {
+std::vector<int> tokenize_text(const Tokenizer& tok, const std::string& text, const TokenizeOptions& o,
+                               const std::string& where) {
+  const size_t bad = utf8_invalid_at(text);
+  if (bad != std::string::npos)
+    fail(where, fmt::format("the text is not valid UTF-8 (byte {} of {})", bad, text.size()), "convert it to UTF-8 first");
   std::vector<int> ids;
   if (o.add_bos) {
     if (tok.bos_id() < 0)
-      fail("tokenize --add-bos", "this tokenizer has no BOS token (" + tok.describe() + ")", "leave out --add-bos");
+      fail(where + " (--add-bos)", "this tokenizer has no BOS token (" + tok.describe() + ")", "leave out --add-bos");
     ids.push_back(tok.bos_id());
   }
   const std::vector<int> body = tok.encode(text);
@@ -54,13 +59,7 @@ size_t tokenize_jsonl(const Tokenizer& tok, std::istream& in, const std::string&
       fail(where + " field 'text'", "missing or not a string", fix);
 
     // its ids
-    std::vector<int> ids;
-    try {
-      ids = tokenize_text(tok, j["text"].get<std::string>(), o);
-    } catch (const Error& e) {
-      fail(where, e.what(), "fix this line's text");
-    }
-    out << "{\"ids\":" << ids_json(ids) << "}\n";
+    out << "{\"ids\":" << ids_json(tokenize_text(tok, j["text"].get<std::string>(), o, where)) << "}\n";
     ++written;
   }
   return written;

@@ -18,8 +18,9 @@ struct TokenizeOptions {
 // "[1,2,3]"
 std::string ids_json(const std::vector<int>& ids);
 
-// Encode one whole text, BOS first when asked.
-std::vector<int> tokenize_text(const Tokenizer& tok, const std::string& text, const TokenizeOptions& o);
+// Encode one whole text, BOS first when asked; `where` (a file name) names the text in errors.
+std::vector<int> tokenize_text(const Tokenizer& tok, const std::string& text, const TokenizeOptions& o,
+                               const std::string& where = "tokenize");
 
 // Read JSON lines from `in` (named `name` in errors), write {"ids": [...]} per line to `out`.
 // Returns the number of lines written.
