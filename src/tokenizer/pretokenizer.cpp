@@ -140,21 +140,33 @@ static void split_piece(const SplitStep& step, std::string_view text, Piece piec
                         std::vector<Piece>& out) {
   matches.clear();
   regex_find_all(*step.regex, text.substr(piece.begin, piece.end - piece.begin), matches);
+  const size_t len = piece.end - piece.begin;
+
+  // Isolated (what real files use): matches and gaps alike become pieces
+  if (step.behavior == SplitBehavior::Isolated) {
+    size_t prev = 0;
+    for (const Piece& m : matches) {
+      if (m.begin > prev) out.push_back({piece.begin + prev, piece.begin + m.begin});
+      out.push_back({piece.begin + m.begin, piece.begin + m.end});
+      prev = m.end;
+    }
+    if (prev < len) out.push_back({piece.begin + prev, piece.end});
+    return;
+  }
 
   // the piece as alternating (range, is_delimiter) parts covering it
   struct Part {
     size_t b, e;
     bool delim;
   };
-  std::vector<Part> parts;
-  parts.reserve(matches.size() * 2 + 1);
+  thread_local std::vector<Part> parts;
+  parts.clear();
   size_t prev = 0;
   for (const Piece& m : matches) {
     if (m.begin > prev) parts.push_back({prev, m.begin, step.invert});
     parts.push_back({m.begin, m.end, !step.invert});
     prev = m.end;
   }
-  const size_t len = piece.end - piece.begin;
   if (prev < len) parts.push_back({prev, len, step.invert});
 
   // delimiters removed, isolated or glued to a neighbour
@@ -289,7 +301,8 @@ void pretokenize(const PreTokenizer& p, std::string_view text, std::string& buff
   buffer.assign(text);
   out.clear();
   if (text.empty()) return;
-  std::vector<Piece> cur{{0, buffer.size()}}, next, matches;
+  thread_local std::vector<Piece> cur, next, matches;  // scratch kept between calls
+  cur.assign(1, Piece{0, buffer.size()});
   const size_t n_user = p.splits.size() - (p.byte_level_regex ? 1 : 0);  // Split steps from the file
   for (size_t k = 0; k < p.splits.size(); ++k) {
     if (k == n_user && p.add_prefix_space) prefix_spaces(buffer, cur);
@@ -298,7 +311,7 @@ void pretokenize(const PreTokenizer& p, std::string_view text, std::string& buff
     cur.swap(next);
   }
   if (n_user == p.splits.size() && p.add_prefix_space) prefix_spaces(buffer, cur);
-  out.swap(cur);
+  out.assign(cur.begin(), cur.end());
 }
 
 std::string pretokenizer_describe(const PreTokenizer& p) {
