@@ -300,6 +300,7 @@ TEST(TokenizerErrors, BadFilesNameTheField) {
       {"bytes.json", [](nlohmann::json& j) { j["model"]["vocab"].erase("Ġ"); }, "field model.vocab"},
       {"trunc.json", [](nlohmann::json& j) { j["truncation"] = {{"max_length", 8}}; }, "field truncation"},
       {"added.json", [](nlohmann::json& j) { j["added_tokens"][0].erase("content"); }, "field added_tokens[0].content"},
+      {"addedid.json", [](nlohmann::json& j) { j["added_tokens"][0]["id"] = 300; }, "field added_tokens (\"<x>\").id"},
   };
   for (const Case& c : cases) {
     const std::string path = write_tiny(c.file, c.patch);

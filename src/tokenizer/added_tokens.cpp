@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include <set>
+#include <algorithm>
 
 #include "core/check.h"
 #include "tokenizer/text.h"
@@ -70,7 +70,6 @@ AddedVocab added_vocab_from_json(const nlohmann::json& j, const std::string& whe
   AddedVocab v;
   if (j.is_null()) return v;
   if (!j.is_array()) fail(where, "expected an array", "write \"added_tokens\": [{\"id\": ..., \"content\": ...}, ...]");
-  std::set<std::string> seen;
   for (size_t i = 0; i < j.size(); ++i) {
     const std::string w = fmt::format("{}[{}]", where, i);
     const auto& t = j[i];
@@ -88,7 +87,14 @@ AddedVocab added_vocab_from_json(const nlohmann::json& j, const std::string& whe
     a.rstrip = flag(t, "rstrip", false, w);
     a.normalized = flag(t, "normalized", !a.special, w);  // HF's default: special tokens are not normalized
     a.single_word = flag(t, "single_word", false, w);
-    if (!seen.insert(a.content).second) continue;  // HF ignores a repeated content
+    // HF gives a repeated content the first one's id: the same id is a no-op, another is an error
+    auto first = std::find_if(v.tokens.begin(), v.tokens.end(), [&](const AddedToken& b) { return b.content == a.content; });
+    if (first != v.tokens.end()) {
+      if (first->id != a.id)
+        fail(w + ".id", fmt::format("repeats the content of the token with id {} under id {}", first->id, a.id),
+             "remove one of the two entries");
+      continue;
+    }
     v.tokens.push_back(std::move(a));
   }
   for (size_t k = 0; k < v.tokens.size(); ++k) {

@@ -159,6 +159,27 @@ Tokenizer Tokenizer::load(const std::string& path) {
   t->added = added_vocab_from_json(root.value("added_tokens", nlohmann::json()), where("added_tokens"),
                                    [&forms](std::string_view s) { return apply_normalizer(forms, s); });
 
+  // HF does not take an added token's "id" from the file: it gives the model's id of the same text,
+  // else the next free one (after the vocab, or after the highest added id), and only warns when
+  // the file says otherwise. Both real files agree with that; a file that does not is refused.
+  {
+    const int model_size = static_cast<int>(t->bpe.vocab.size());
+    int max_added = -1;
+    for (size_t k = 0; k < t->added.tokens.size(); ++k) {
+      const AddedToken& a = t->added.tokens[k];
+      auto v = t->bpe.vocab.find(a.content);
+      const int hf_id = v != t->bpe.vocab.end()                            ? v->second
+                        : (max_added < 0 || (max_added < model_size && model_size > 0)) ? model_size
+                                                                                        : max_added + 1;
+      if (a.id != hf_id)
+        fail(where(fmt::format("added_tokens (\"{}\").id", a.content)),
+             fmt::format("is {}, but HF's tokenizers library gives this token id {} ({})", a.id, hf_id,
+                         v != t->bpe.vocab.end() ? "its id in model.vocab" : "the next free id"),
+             fmt::format("write \"id\": {} (ids follow the model's vocabulary, in file order)", hf_id));
+      max_added = std::max(max_added, hf_id);
+    }
+  }
+
   // id tables: the vocabulary, with the added tokens over it
   int max_id = t->bpe.max_id;
   for (const AddedToken& a : t->added.tokens) max_id = std::max(max_id, a.id);
