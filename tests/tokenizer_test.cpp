@@ -6,15 +6,16 @@
 // Qwen3 file that use the options the real files do not (tokenizer_synthetic.json). Then: decode round trips,
 // added/special tokens, BOS, the Split behaviours on HF's documented example, bad files and bad input
 // (errors that name the file and field), `tokenize --jsonl` errors naming file:line, and threads.
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "tokenizer/tokenizer.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -22,7 +23,6 @@
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/text.h"
 #include "tokenizer/tokenize_io.h"
-#include "tokenizer/tokenizer.h"
 
 namespace phasescope {
 namespace {
@@ -41,7 +41,8 @@ const Tokenizer& real(const std::string& name) {
   auto it = loaded.find(name);
   if (it != loaded.end()) return it->second;
   if (!fs::exists(real_path(name)))
-    throw std::runtime_error(real_path(name) + " is missing. Fix: run `npm ci --prefix tests/js` (scripts/test.sh does it)");
+    throw std::runtime_error(real_path(name) +
+                             " is missing. Fix: run `npm ci --prefix tests/js` (scripts/test.sh does it)");
   return loaded.emplace(name, Tokenizer::load(real_path(name))).first->second;
 }
 
@@ -75,8 +76,9 @@ void check_corpus(const std::string& name) {
       ++match;
     } else if (i + 1 - match <= 3) {
       // the first mismatches in full: the string, expected and got
-        ADD_FAILURE() << name << " row " << i << " (" << corpus[i]["kind"].get<std::string>() << ") "
-                      << nlohmann::json(text).dump() << "\n  expected " << show(want) << "\n  got      " << show(got);
+      ADD_FAILURE() << name << " row " << i << " (" << corpus[i]["kind"].get<std::string>() << ") "
+                    << nlohmann::json(text).dump() << "\n  expected " << show(want) << "\n  got      "
+                    << show(got);
     }
   }
   std::printf("conformance %s: %zu/%zu strings match the JS reference (%zu tokens)\n", name.c_str(), match,
@@ -99,7 +101,8 @@ TEST(TokenizerConformance, FollowsHfWhereTheJsReferenceDiffers) {
         << r["tokenizer"] << " " << nlohmann::json(text).dump() << " expected (HF) " << show(hf);
     js_differs += r["js_differs"].get<bool>();
   }
-  EXPECT_GE(js_differs, 1) << "no row shows the JS reference's deviation any more: check the references' versions";
+  EXPECT_GE(js_differs, 1)
+      << "no row shows the JS reference's deviation any more: check the references' versions";
 }
 
 // ---- decode
@@ -191,15 +194,18 @@ std::string write_tiny(const std::string& file, const std::function<void(nlohman
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
-      {"added_tokens", nlohmann::json::array({{{"id", 258}, {"content", "<x>"}, {"special", true}, {"normalized", false}},
-                                              {{"id", 259}, {"content", "[w]"}, {"single_word", true}, {"lstrip", true}}})},
+      {"added_tokens",
+       nlohmann::json::array({{{"id", 258}, {"content", "<x>"}, {"special", true}, {"normalized", false}},
+                              {{"id", 259}, {"content", "[w]"}, {"single_word", true}, {"lstrip", true}}})},
       {"normalizer", nullptr},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"post_processor", nullptr},
       {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", nlohmann::json::array({"ab", "c"})}}}}};
+      {"model",
+       {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", nlohmann::json::array({"ab", "c"})}}}}};
   if (patch) patch(j);
-  const std::string path = (fs::temp_directory_path() / ("phasescope_tok_" + std::to_string(::getpid()) + "_" + file)).string();
+  const std::string path =
+      (fs::temp_directory_path() / ("phasescope_tok_" + std::to_string(::getpid()) + "_" + file)).string();
   std::ofstream(path) << j.dump();
   return path;
 }
@@ -208,7 +214,7 @@ TEST(TokenizerSynthetic, MergesByRankAndAddedTokenRules) {
   const Tokenizer t = Tokenizer::load(write_tiny("ok.json"));
   EXPECT_EQ(t.encode("abc"), std::vector<int>{257});
   EXPECT_EQ(t.encode("ab"), std::vector<int>{256});
-  EXPECT_EQ(t.encode("a<x>b"), (std::vector<int>{'a' , 258, 'b'}));
+  EXPECT_EQ(t.encode("a<x>b"), (std::vector<int>{'a', 258, 'b'}));
   // single_word: only between non-word characters; lstrip takes the spaces before it
   EXPECT_EQ(t.encode("x  [w]"), (std::vector<int>{'x', 259}));
   EXPECT_EQ(t.encode("x[w]"), (std::vector<int>{'x', '[', 'w', ']'}));
@@ -226,10 +232,11 @@ TEST(TokenizerSynthetic, SplitBehavioursOnHfExample) {
       {"MergedWithNext", {"the", "-final", "-", "-countdown"}},
       {"Contiguous", {"the", "-", "final", "--", "countdown"}}};
   for (const auto& [behavior, pieces] : want) {
-    nlohmann::json j = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", false}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    nlohmann::json j = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     const PreTokenizer p = pretokenizer_from_json(j, "test");
     std::string buffer;
     std::vector<Piece> got;
@@ -239,10 +246,11 @@ TEST(TokenizerSynthetic, SplitBehavioursOnHfExample) {
     EXPECT_EQ(strs, pieces) << behavior;
   }
   // invert: the pattern names the pieces to keep
-  nlohmann::json inv = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", "\\p{L}+"}}}, {"behavior", "Removed"}, {"invert", true}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  nlohmann::json inv = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "\\p{L}+"}}}, {"behavior", "Removed"}, {"invert", true}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   std::string buffer;
   std::vector<Piece> got;
   pretokenize(pretokenizer_from_json(inv, "test"), "ab, cd!", buffer, got);
@@ -255,7 +263,8 @@ TEST(TokenizerSynthetic, PipelineOptionsMatchHfRust) {
   // invert, NFKD/NFKC, lstrip/rstrip/single_word, normalized added tokens, ignore_merges) on patched
   // copies of the Qwen3 file, against HF's Rust library (tests/js/synthetic_reference.mjs)
   std::ifstream in(kSource + "/tests/data/tokenizer_synthetic.json");
-  ASSERT_TRUE(in.good()) << "tests/data/tokenizer_synthetic.json is missing (node tests/js/synthetic_reference.mjs)";
+  ASSERT_TRUE(in.good())
+      << "tests/data/tokenizer_synthetic.json is missing (node tests/js/synthetic_reference.mjs)";
   const auto data = nlohmann::json::parse(in);
   real("qwen3");  // fails with the npm hint when the install is missing
   std::ifstream base_in(real_path(data["base"]));
@@ -269,7 +278,9 @@ TEST(TokenizerSynthetic, PipelineOptionsMatchHfRust) {
         j["model"].update(it.value());
       else
         j[it.key()] = it.value();
-    const std::string path = (fs::temp_directory_path() / ("phasescope_tok_" + std::to_string(::getpid()) + "_variant.json")).string();
+    const std::string path =
+        (fs::temp_directory_path() / ("phasescope_tok_" + std::to_string(::getpid()) + "_variant.json"))
+            .string();
     std::ofstream(path) << j.dump();
     const Tokenizer t = Tokenizer::load(path);
     for (size_t i = 0; i < texts.size(); ++i, ++total) {
@@ -282,10 +293,17 @@ TEST(TokenizerSynthetic, PipelineOptionsMatchHfRust) {
 }
 
 TEST(TokenizerSynthetic, SpacesAreOnigurumasWhiteSpace) {
-  EXPECT_EQ(onig_spaces("\\s+(?!\\S)"), "[\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}]+"
-                                       "(?![^\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}])");
-  EXPECT_EQ(onig_spaces("[^\\s\\p{L}]"), "[^\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\p{L}]");
-  EXPECT_EQ(onig_spaces("[]\\s]\\\\s"), "[]\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}]\\\\s");
+  EXPECT_EQ(
+      onig_spaces("\\s+(?!\\S)"),
+      "[\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}]+"
+      "(?![^\\t-\\r "
+      "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}])");
+  EXPECT_EQ(onig_spaces("[^\\s\\p{L}]"),
+            "[^\\t-\\r "
+            "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\p{L}]");
+  EXPECT_EQ(onig_spaces("[]\\s]\\\\s"),
+            "[]\\t-\\r "
+            "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}]\\\\s");
 }
 
 // ---- errors name the file, the field and the fix
@@ -316,23 +334,53 @@ TEST(TokenizerErrors, BadFilesNameTheField) {
   };
   const std::vector<Case> cases = {
       {"wordpiece.json", [](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; }, "field model.type"},
-      {"metaspace.json", [](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "field pre_tokenizer.type"},
-      {"nobyte.json", [](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Removed"}}; },
+      {"metaspace.json",
+       [](nlohmann::json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
+       "field pre_tokenizer.type"},
+      {"nobyte.json",
+       [](nlohmann::json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Removed"}};
+       },
        "field pre_tokenizer"},
-      {"lower.json", [](nlohmann::json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "field normalizer.type"},
-      {"seqnorm.json", [](nlohmann::json& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}}; },
+      {"lower.json",
+       [](nlohmann::json& j) {
+         j["normalizer"] = {{"type", "Lowercase"}};
+       },
+       "field normalizer.type"},
+      {"seqnorm.json",
+       [](nlohmann::json& j) {
+         j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}};
+       },
        "field normalizer.normalizers[1].type"},
-      {"regex.json", [](nlohmann::json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}},
-                                                                       {{"type", "ByteLevel"}}}}};
-       }, "field pre_tokenizer.pretokenizers[0].pattern.Regex"},
-      {"merge.json", [](nlohmann::json& j) { j["model"]["merges"].push_back("zz q"); }, "field model.merges[2]"},
+      {"regex.json",
+       [](nlohmann::json& j) {
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers",
+              {{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}},
+               {{"type", "ByteLevel"}}}}};
+       },
+       "field pre_tokenizer.pretokenizers[0].pattern.Regex"},
+      {"merge.json", [](nlohmann::json& j) { j["model"]["merges"].push_back("zz q"); },
+       "field model.merges[2]"},
       {"dropout.json", [](nlohmann::json& j) { j["model"]["dropout"] = 0.1; }, "field model.dropout"},
-      {"decoder.json", [](nlohmann::json& j) { j["decoder"] = {{"type", "Metaspace"}}; }, "field decoder"},
+      {"decoder.json",
+       [](nlohmann::json& j) {
+         j["decoder"] = {{"type", "Metaspace"}};
+       },
+       "field decoder"},
       {"bytes.json", [](nlohmann::json& j) { j["model"]["vocab"].erase("Ġ"); }, "field model.vocab"},
-      {"trunc.json", [](nlohmann::json& j) { j["truncation"] = {{"max_length", 8}}; }, "field truncation"},
-      {"added.json", [](nlohmann::json& j) { j["added_tokens"][0].erase("content"); }, "field added_tokens[0].content"},
-      {"addedid.json", [](nlohmann::json& j) { j["added_tokens"][0]["id"] = 300; }, "field added_tokens (\"<x>\").id"},
+      {"trunc.json",
+       [](nlohmann::json& j) {
+         j["truncation"] = {{"max_length", 8}};
+       },
+       "field truncation"},
+      {"added.json", [](nlohmann::json& j) { j["added_tokens"][0].erase("content"); },
+       "field added_tokens[0].content"},
+      {"addedid.json", [](nlohmann::json& j) { j["added_tokens"][0]["id"] = 300; },
+       "field added_tokens (\"<x>\").id"},
   };
   for (const Case& c : cases) {
     const std::string path = write_tiny(c.file, c.patch);
@@ -348,7 +396,8 @@ TEST(TokenizerErrors, InvalidUtf8AndBadJsonLines) {
   EXPECT_NE(error_of([&] { q.encode("ok \xC3\x28 bad"); }).find("byte 3"), std::string::npos);
   EXPECT_THROW(q.encode("\xED\xA0\x80"), Error);  // a UTF-16 surrogate written as UTF-8
 
-  std::istringstream good("{\"text\": \"Hello, my dog is cute\"}\n\n{\"text\": \"<|im_end|>\", \"other\": 1}\r\n");
+  std::istringstream good(
+      "{\"text\": \"Hello, my dog is cute\"}\n\n{\"text\": \"<|im_end|>\", \"other\": 1}\r\n");
   std::ostringstream out;
   EXPECT_EQ(tokenize_jsonl(q, good, "prompts.jsonl", out, {}), 2u);
   EXPECT_EQ(out.str(), "{\"ids\":[9707,11,847,5562,374,18838]}\n{\"ids\":[151645]}\n");

@@ -61,7 +61,8 @@ int TokenTrie::find(std::string_view text, size_t from, size_t& begin, size_t& e
 
 static bool flag(const nlohmann::json& t, const char* key, bool dflt, const std::string& where) {
   if (!t.contains(key) || t[key].is_null()) return dflt;
-  if (!t[key].is_boolean()) fail(where + "." + key, "expected true or false, got " + t[key].dump(), "write a boolean");
+  if (!t[key].is_boolean())
+    fail(where + "." + key, "expected true or false, got " + t[key].dump(), "write a boolean");
   return t[key].get<bool>();
 }
 
@@ -69,29 +70,34 @@ AddedVocab added_vocab_from_json(const nlohmann::json& j, const std::string& whe
                                  const std::function<std::string(std::string_view)>& normalize_content) {
   AddedVocab v;
   if (j.is_null()) return v;
-  if (!j.is_array()) fail(where, "expected an array", "write \"added_tokens\": [{\"id\": ..., \"content\": ...}, ...]");
+  if (!j.is_array())
+    fail(where, "expected an array", "write \"added_tokens\": [{\"id\": ..., \"content\": ...}, ...]");
   for (size_t i = 0; i < j.size(); ++i) {
     const std::string w = fmt::format("{}[{}]", where, i);
     const auto& t = j[i];
     if (!t.is_object()) fail(w, "expected an object", "write {\"id\": ..., \"content\": ...}");
     AddedToken a;
-    if (!t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > (1 << 30))
+    if (!t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 ||
+        t["id"].get<int64_t>() > (1 << 30))
       fail(w + ".id", "missing or not a non-negative integer", "write the token's id");
     if (!t.contains("content") || !t["content"].is_string() || t["content"].get<std::string>().empty())
       fail(w + ".content", "missing, empty or not a string", "write the token's text");
     a.id = t["id"].get<int>();
     a.content = t["content"].get<std::string>();
-    if (utf8_invalid_at(a.content) != std::string_view::npos) fail(w + ".content", "is not valid UTF-8", "write UTF-8");
+    if (utf8_invalid_at(a.content) != std::string_view::npos)
+      fail(w + ".content", "is not valid UTF-8", "write UTF-8");
     a.special = flag(t, "special", false, w);
     a.lstrip = flag(t, "lstrip", false, w);
     a.rstrip = flag(t, "rstrip", false, w);
     a.normalized = flag(t, "normalized", !a.special, w);  // HF's default: special tokens are not normalized
     a.single_word = flag(t, "single_word", false, w);
     // HF gives a repeated content the first one's id: the same id is a no-op, another is an error
-    auto first = std::find_if(v.tokens.begin(), v.tokens.end(), [&](const AddedToken& b) { return b.content == a.content; });
+    auto first = std::find_if(v.tokens.begin(), v.tokens.end(),
+                              [&](const AddedToken& b) { return b.content == a.content; });
     if (first != v.tokens.end()) {
       if (first->id != a.id)
-        fail(w + ".id", fmt::format("repeats the content of the token with id {} under id {}", first->id, a.id),
+        fail(w + ".id",
+             fmt::format("repeats the content of the token with id {} under id {}", first->id, a.id),
              "remove one of the two entries");
       continue;
     }
@@ -126,7 +132,8 @@ static bool starts_with_word(std::string_view s, size_t begin) {
   return is_word_char(utf8_decode(s, begin, len));
 }
 
-void added_split(const AddedVocab& v, const TokenTrie& trie, std::string_view text, std::vector<TextPart>& out) {
+void added_split(const AddedVocab& v, const TokenTrie& trie, std::string_view text,
+                 std::vector<TextPart>& out) {
   out.clear();
   size_t done = 0, from = 0, b = 0, e = 0;
   for (int k; from < text.size() && (k = trie.find(text, from, b, e)) >= 0;) {

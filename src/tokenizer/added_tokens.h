@@ -5,9 +5,8 @@
 // Not: adding tokens at run time, or skipping special tokens (HF's split_special_tokens=false holds:
 // a special token written in the text is always that token).
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +50,7 @@ AddedVocab added_vocab_from_json(const nlohmann::json& j, const std::string& whe
                                  const std::function<std::string(std::string_view)>& normalize_content);
 
 // Split `text` with `trie` (raw or normalized set) into parts covering it, in order.
-void added_split(const AddedVocab& v, const TokenTrie& trie, std::string_view text, std::vector<TextPart>& out);
+void added_split(const AddedVocab& v, const TokenTrie& trie, std::string_view text,
+                 std::vector<TextPart>& out);
 
 }  // namespace phasescope

@@ -11,11 +11,14 @@
 
 namespace phasescope {
 
-static uint64_t pair_key(int a, int b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+static uint64_t pair_key(int a, int b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 
 // ---- loading
 
-static void require_unset(const nlohmann::json& j, const char* key, const std::string& where, const std::string& fix) {
+static void require_unset(const nlohmann::json& j, const char* key, const std::string& where,
+                          const std::string& fix) {
   if (!j.contains(key) || j[key].is_null()) return;
   if (j[key].is_boolean() && !j[key].get<bool>()) return;
   if (j[key].is_string() && j[key].get<std::string>().empty()) return;
@@ -26,7 +29,8 @@ BpeModel bpe_from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) fail(where, "missing or not an object", "a tokenizer.json has a \"model\" object");
   const std::string type = j.value("type", std::string("BPE"));
   if (type != "BPE")
-    fail(where + ".type", "model " + type + " is not supported", "phasescope reads byte-level BPE tokenizers only");
+    fail(where + ".type", "model " + type + " is not supported",
+         "phasescope reads byte-level BPE tokenizers only");
   require_unset(j, "dropout", where, "set it to null (dropout makes encoding random)");
   require_unset(j, "byte_fallback", where, "byte-level BPE needs no byte fallback: set it to false");
   require_unset(j, "continuing_subword_prefix", where, "byte-level BPE uses none: set it to null");
@@ -34,7 +38,8 @@ BpeModel bpe_from_json(const nlohmann::json& j, const std::string& where) {
 
   BpeModel m;
   if (j.contains("ignore_merges") && !j["ignore_merges"].is_null()) {
-    if (!j["ignore_merges"].is_boolean()) fail(where + ".ignore_merges", "expected a boolean", "write true or false");
+    if (!j["ignore_merges"].is_boolean())
+      fail(where + ".ignore_merges", "expected a boolean", "write true or false");
     m.ignore_merges = j["ignore_merges"].get<bool>();
   }
 
@@ -44,9 +49,10 @@ BpeModel bpe_from_json(const nlohmann::json& j, const std::string& where) {
   const auto& vocab = j["vocab"];
   m.vocab.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (1 << 30))
-      fail(where + ".vocab[\"" + it.key() + "\"]", "expected a non-negative integer id, got " + it.value().dump(),
-           "write the token's id");
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+        it.value().get<int64_t>() > (1 << 30))
+      fail(where + ".vocab[\"" + it.key() + "\"]",
+           "expected a non-negative integer id, got " + it.value().dump(), "write the token's id");
     const int id = it.value().get<int>();
     m.vocab[it.key()] = id;
     m.max_id = std::max(m.max_id, id);
@@ -58,14 +64,16 @@ BpeModel bpe_from_json(const nlohmann::json& j, const std::string& where) {
     utf8_append(ch, byte_level_char(static_cast<uint8_t>(b)));
     auto it = m.vocab.find(ch);
     if (it == m.vocab.end())
-      fail(where + ".vocab", fmt::format("has no token for byte 0x{:02X} (ByteLevel character \"{}\")", b, ch),
+      fail(where + ".vocab",
+           fmt::format("has no token for byte 0x{:02X} (ByteLevel character \"{}\")", b, ch),
            "use a byte-level BPE vocabulary (all 256 byte characters present)");
     m.byte_id[b] = it->second;
   }
 
   // merges by rank: "left right" strings (tokenizers < 0.20) or ["left", "right"] pairs
   if (!j.contains("merges") || !j["merges"].is_array())
-    fail(where + ".merges", "missing or not an array", "write \"merges\": [\"a b\", ...] or [[\"a\", \"b\"], ...]");
+    fail(where + ".merges", "missing or not an array",
+         "write \"merges\": [\"a b\", ...] or [[\"a\", \"b\"], ...]");
   const auto& merges = j["merges"];
   m.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -83,11 +91,13 @@ BpeModel bpe_from_json(const nlohmann::json& j, const std::string& where) {
       a = e[0].get<std::string>();
       b = e[1].get<std::string>();
     } else {
-      fail(fmt::format("{}.merges[{}]", where, i), "expected \"a b\" or [\"a\", \"b\"], got " + e.dump(), "fix the entry");
+      fail(fmt::format("{}.merges[{}]", where, i), "expected \"a b\" or [\"a\", \"b\"], got " + e.dump(),
+           "fix the entry");
     }
     auto ia = m.vocab.find(a), ib = m.vocab.find(b), ir = m.vocab.find(a + b);
     if (ia == m.vocab.end() || ib == m.vocab.end() || ir == m.vocab.end())
-      fail(fmt::format("{}.merges[{}]", where, i), "\"" + a + "\" + \"" + b + "\" uses or makes a token missing from the vocab",
+      fail(fmt::format("{}.merges[{}]", where, i),
+           "\"" + a + "\" + \"" + b + "\" uses or makes a token missing from the vocab",
            "every merge's parts and result must be in model.vocab");
     // a repeated pair keeps its last rank, as HF's map and the JS reference do
     m.merges[pair_key(ia->second, ib->second)] = BpeMerge{static_cast<int>(i), ir->second};
@@ -132,7 +142,9 @@ void bpe_encode_piece(const BpeModel& m, std::string_view piece, std::vector<int
   struct Cand {
     int rank, pos;
   };
-  auto later = [](const Cand& x, const Cand& y) { return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos; };
+  auto later = [](const Cand& x, const Cand& y) {
+    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
+  };
   thread_local std::vector<Cand> heap;
   heap.clear();
   auto push = [&](int pos) {

@@ -5,10 +5,9 @@
 // going to the leftmost pair — HF's `merge_word`. Not: dropout, byte_fallback, unk handling,
 // continuing_subword_prefix / end_of_word_suffix (refused at load when set).
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -23,10 +22,10 @@ struct BpeMerge {
 };
 
 struct BpeModel {
-  std::unordered_map<std::string, int> vocab;      // token string as in the file -> id
-  std::array<int, 256> byte_id{};                  // raw byte -> id of its stand-in character
-  std::unordered_map<uint64_t, BpeMerge> merges;   // (left id << 32 | right id) -> merge
-  bool ignore_merges = false;                      // a piece that is itself in the vocab skips merging
+  std::unordered_map<std::string, int> vocab;        // token string as in the file -> id
+  std::array<int, 256> byte_id{};                    // raw byte -> id of its stand-in character
+  std::unordered_map<uint64_t, BpeMerge> merges;     // (left id << 32 | right id) -> merge
+  bool ignore_merges = false;                        // a piece that is itself in the vocab skips merging
   std::unordered_map<std::string, int> bytes_vocab;  // raw bytes -> id; filled only for ignore_merges
   int max_id = -1;
 };
@@ -44,7 +43,7 @@ class BpeCache {
   void put(std::string_view piece, const int* ids, size_t n) const;
 
  private:
-  static constexpr size_t kCapacity = 1 << 17;  // entries; cleared when full
+  static constexpr size_t kCapacity = 1 << 17;   // entries; cleared when full
   static constexpr size_t kMaxPieceBytes = 256;  // longer pieces rarely repeat
   mutable std::shared_mutex mu_;
   mutable std::unordered_map<std::string, std::vector<int>> map_;

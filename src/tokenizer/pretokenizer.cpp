@@ -45,7 +45,8 @@ static MatchState& match_state() {
 // HF compiles Split patterns with Oniguruma, whose Unicode `\s` is the White_Space property. PCRE2's
 // UCP `\s` adds U+180E (MONGOLIAN VOWEL SEPARATOR, no longer a space since Unicode 6.3), so `\s` and
 // `\S` are spelled out as that set. A `\S` inside a [...] class is left to PCRE2 (off by U+180E only).
-static const char* kSpaceSet = R"(\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+static const char* kSpaceSet =
+    R"(\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
 std::string onig_spaces(const std::string& p) {
   std::string out;
@@ -87,17 +88,22 @@ std::string onig_spaces(const std::string& p) {
   return out;
 }
 
-static std::shared_ptr<const Regex> regex_compile(const std::string& written, bool literal, const std::string& where) {
+static std::shared_ptr<const Regex> regex_compile(const std::string& written, bool literal,
+                                                  const std::string& where) {
   auto r = std::make_shared<Regex>();
   int err = 0;
   PCRE2_SIZE err_at = 0;
-  const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;  // UCP is refused with LITERAL
+  const uint32_t options =
+      literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;  // UCP is refused with LITERAL
   const std::string pattern = literal ? written : onig_spaces(written);
-  r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err, &err_at, nullptr);
+  r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
+                          &err_at, nullptr);
   if (!r->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    fail(where, fmt::format("the pattern does not compile with PCRE2 ({} at offset {})", reinterpret_cast<char*>(msg), err_at),
+    fail(where,
+         fmt::format("the pattern does not compile with PCRE2 ({} at offset {})",
+                     reinterpret_cast<char*>(msg), err_at),
          "use a pattern in the Oniguruma/PCRE syntax that HF tokenizers accepts");
   }
   r->jit = pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;  // the interpreter is the fallback
@@ -116,7 +122,9 @@ static void regex_find_all(const Regex& re, std::string_view s, std::vector<Piec
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      fail("tokenizer pre-tokenizer", fmt::format("regex match failed ({}) on a piece of {} bytes", reinterpret_cast<char*>(msg), s.size()),
+      fail("tokenizer pre-tokenizer",
+           fmt::format("regex match failed ({}) on a piece of {} bytes", reinterpret_cast<char*>(msg),
+                       s.size()),
            "split the input into shorter texts");
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
@@ -136,8 +144,8 @@ static void regex_find_all(const Regex& re, std::string_view s, std::vector<Piec
 // ---- one Split step over one piece
 
 // Cut s[piece] by the step; appends the resulting non-empty pieces to `out`.
-static void split_piece(const SplitStep& step, std::string_view text, Piece piece, std::vector<Piece>& matches,
-                        std::vector<Piece>& out) {
+static void split_piece(const SplitStep& step, std::string_view text, Piece piece,
+                        std::vector<Piece>& matches, std::vector<Piece>& out) {
   matches.clear();
   regex_find_all(*step.regex, text.substr(piece.begin, piece.end - piece.begin), matches);
   const size_t len = piece.end - piece.begin;
@@ -207,7 +215,8 @@ static void split_piece(const SplitStep& step, std::string_view text, Piece piec
 
 // ---- the GPT-2 pattern of ByteLevel use_regex
 
-static const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+static const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // ---- parsing
 
@@ -218,18 +227,21 @@ static SplitBehavior behavior_from_json(const nlohmann::json& j, const std::stri
   if (s == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
   if (s == "MergedWithNext") return SplitBehavior::MergedWithNext;
   if (s == "Contiguous") return SplitBehavior::Contiguous;
-  fail(where, "unknown behavior " + s, "use Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
+  fail(where, "unknown behavior " + s,
+       "use Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
 }
 
 static bool bool_field(const nlohmann::json& j, const char* key, bool dflt, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (!j[key].is_boolean()) fail(where + "." + key, "expected true or false, got " + j[key].dump(), "write a boolean");
+  if (!j[key].is_boolean())
+    fail(where + "." + key, "expected true or false, got " + j[key].dump(), "write a boolean");
   return j[key].get<bool>();
 }
 
 static void add_step(PreTokenizer& p, const nlohmann::json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
-    fail(where, "expected an object with a \"type\"", "write {\"type\": \"Split\" | \"ByteLevel\" | \"Sequence\", ...}");
+    fail(where, "expected an object with a \"type\"",
+         "write {\"type\": \"Split\" | \"ByteLevel\" | \"Sequence\", ...}");
   const std::string type = j["type"];
   if (p.byte_level)
     fail(where + ".type", type + " after ByteLevel is not supported",
@@ -249,9 +261,11 @@ static void add_step(PreTokenizer& p, const nlohmann::json& j, const std::string
       s.source = pat["String"];
       s.regex = regex_compile(s.source, true, where + ".pattern.String");
     } else {
-      fail(where + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}, got " + pat.dump(), "write one of the two");
+      fail(where + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}, got " + pat.dump(),
+           "write one of the two");
     }
-    if (!j.contains("behavior")) fail(where + ".behavior", "missing", "write e.g. \"behavior\": \"Isolated\"");
+    if (!j.contains("behavior"))
+      fail(where + ".behavior", "missing", "write e.g. \"behavior\": \"Isolated\"");
     s.behavior = behavior_from_json(j["behavior"], where + ".behavior");
     s.invert = bool_field(j, "invert", false, where);
     p.splits.push_back(std::move(s));
@@ -271,7 +285,8 @@ PreTokenizer pretokenizer_from_json(const nlohmann::json& j, const std::string& 
   if (j.is_null()) fail(where, "is null", "a byte-level BPE file needs a ByteLevel pre-tokenizer");
   add_step(p, j, where);
   if (!p.byte_level)
-    fail(where, "has no ByteLevel step", "phasescope reads byte-level BPE files: end the pre-tokenizer with ByteLevel");
+    fail(where, "has no ByteLevel step",
+         "phasescope reads byte-level BPE files: end the pre-tokenizer with ByteLevel");
   if (p.byte_level_regex) {
     SplitStep s;
     s.source = kGpt2Pattern;

@@ -5,9 +5,8 @@
 // here (BPE works on raw bytes, see bpe.h). Not supported: Whitespace, Metaspace, Digits,
 // Punctuation, BertPreTokenizer — refused at load with the field named.
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -145,10 +145,14 @@ bool byte_level_to_bytes(std::string_view token, std::string& bytes) {
 
 const char* normal_form_name(NormalForm f) {
   switch (f) {
-    case NormalForm::NFC: return "NFC";
-    case NormalForm::NFD: return "NFD";
-    case NormalForm::NFKC: return "NFKC";
-    case NormalForm::NFKD: return "NFKD";
+    case NormalForm::NFC:
+      return "NFC";
+    case NormalForm::NFD:
+      return "NFD";
+    case NormalForm::NFKC:
+      return "NFKC";
+    case NormalForm::NFKD:
+      return "NFKD";
   }
   return "?";
 }
@@ -165,16 +169,24 @@ std::string normalize(std::string_view utf8, NormalForm form) {
 
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::NFC: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::NFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::NFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::NFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::NFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   // explicit length (not NUL-terminated) so that U+0000 inside the text survives
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
-                                          static_cast<utf8proc_ssize_t>(utf8.size()), &out,
-                                          static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
+                   static_cast<utf8proc_ssize_t>(utf8.size()), &out, static_cast<utf8proc_option_t>(options));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> hold(out, &std::free);
   PS_ASSERT(n >= 0, std::string("utf8proc_map failed: ") + utf8proc_errmsg(n));
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
@@ -190,10 +202,18 @@ bool is_unicode_space(uint32_t cp) {
 
 bool is_word_char(uint32_t cp) {
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return cp == 0x200C || cp == 0x200D;  // Join_Control

@@ -2,9 +2,9 @@
 #include "tokenizer/tokenize_io.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <istream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "core/check.h"
@@ -25,11 +25,13 @@ std::vector<int> tokenize_text(const Tokenizer& tok, const std::string& text, co
                                const std::string& where) {
   const size_t bad = utf8_invalid_at(text);
   if (bad != std::string::npos)
-    fail(where, fmt::format("the text is not valid UTF-8 (byte {} of {})", bad, text.size()), "convert it to UTF-8 first");
+    fail(where, fmt::format("the text is not valid UTF-8 (byte {} of {})", bad, text.size()),
+         "convert it to UTF-8 first");
   std::vector<int> ids;
   if (o.add_bos) {
     if (tok.bos_id() < 0)
-      fail(where + " (--add-bos)", "this tokenizer has no BOS token (" + tok.describe() + ")", "leave out --add-bos");
+      fail(where + " (--add-bos)", "this tokenizer has no BOS token (" + tok.describe() + ")",
+           "leave out --add-bos");
     ids.push_back(tok.bos_id());
   }
   const std::vector<int> body = tok.encode(text);

@@ -27,9 +27,9 @@ struct TokenizerImpl {
   BpeModel bpe;
   BpeCache cache;
 
-  std::vector<std::string> id_token;     // id -> token string (vocab, then added tokens over it)
-  std::vector<std::string> id_bytes;     // id -> decoded bytes (ByteLevel table, or raw UTF-8)
-  std::vector<char> id_special;          // id -> added token marked special
+  std::vector<std::string> id_token;               // id -> token string (vocab, then added tokens over it)
+  std::vector<std::string> id_bytes;               // id -> decoded bytes (ByteLevel table, or raw UTF-8)
+  std::vector<char> id_special;                    // id -> added token marked special
   std::unordered_map<std::string, int> added_ids;  // added token content -> id (looked up first)
 
   int bos = -1;
@@ -48,7 +48,8 @@ static std::string read_file_or_fail(const std::string& path, const std::string&
   return ss.str();
 }
 
-static void add_normal_forms(std::vector<NormalForm>& out, const nlohmann::json& j, const std::string& where) {
+static void add_normal_forms(std::vector<NormalForm>& out, const nlohmann::json& j,
+                             const std::string& where) {
   if (j.is_null()) return;
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
     fail(where, "expected null or an object with a \"type\"", "write e.g. {\"type\": \"NFC\"}");
@@ -80,8 +81,8 @@ static std::string apply_normalizer(const std::vector<NormalForm>& forms, std::s
 
 static void check_decoder(const nlohmann::json& j, const std::string& where) {
   if (j.is_object() && j.value("type", std::string()) == "ByteLevel") return;
-  if (j.is_object() && j.value("type", std::string()) == "Sequence" && j.contains("decoders") && j["decoders"].is_array() &&
-      j["decoders"].size() == 1) {
+  if (j.is_object() && j.value("type", std::string()) == "Sequence" && j.contains("decoders") &&
+      j["decoders"].is_array() && j["decoders"].size() == 1) {
     check_decoder(j["decoders"][0], where + ".decoders[0]");
     return;
   }
@@ -91,16 +92,20 @@ static void check_decoder(const nlohmann::json& j, const std::string& where) {
 
 // The BOS token as the HF Python tokenizer knows it: tokenizer_config.json beside the file, else the
 // post_processor's template, else a well-known spelling among the special added tokens.
-static void find_bos(TokenizerImpl& t, const nlohmann::json& root, const std::function<int(const std::string&)>& token_to_id) {
+static void find_bos(TokenizerImpl& t, const nlohmann::json& root,
+                     const std::function<int(const std::string&)>& token_to_id) {
   namespace fs = std::filesystem;
   const fs::path config = fs::path(t.path).parent_path() / "tokenizer_config.json";
   if (fs::exists(config)) {
     const std::string where = config.string();
-    const auto c = json_parse_or_fail(read_file_or_fail(where, "check the file's permissions"), where,
-                                      "fix the file or remove it (only bos_token and add_bos_token are read)");
+    const auto c =
+        json_parse_or_fail(read_file_or_fail(where, "check the file's permissions"), where,
+                           "fix the file or remove it (only bos_token and add_bos_token are read)");
     if (c.is_object() && c.contains("bos_token") && !c["bos_token"].is_null()) {
       const auto& b = c["bos_token"];
-      const std::string content = b.is_string() ? b.get<std::string>() : b.is_object() ? b.value("content", std::string()) : "";
+      const std::string content = b.is_string()   ? b.get<std::string>()
+                                  : b.is_object() ? b.value("content", std::string())
+                                                  : "";
       t.bos = token_to_id(content);
       if (t.bos < 0)
         fail(where + " field 'bos_token'", "\"" + content + "\" is not a token of " + t.path,
@@ -137,23 +142,29 @@ Tokenizer Tokenizer::load(const std::string& path) {
   t->path = path;
 
   // the file
-  const std::string fix_missing = "pass the path of a HuggingFace tokenizer.json (the tests' copies: npm ci --prefix tests/js)";
+  const std::string fix_missing =
+      "pass the path of a HuggingFace tokenizer.json (the tests' copies: npm ci --prefix tests/js)";
   if (!std::filesystem::is_regular_file(path)) fail(path, "no such file", fix_missing);
-  const auto root = json_parse_or_fail(read_file_or_fail(path, fix_missing), path, "pass an intact tokenizer.json");
+  const auto root =
+      json_parse_or_fail(read_file_or_fail(path, fix_missing), path, "pass an intact tokenizer.json");
   if (!root.is_object()) fail(path, "is not a JSON object", "pass a HuggingFace tokenizer.json");
-  auto where = [&](const std::string& field) { return path + " field " + field; };  // nested: "field model.vocab"
+  auto where = [&](const std::string& field) {
+    return path + " field " + field;
+  };  // nested: "field model.vocab"
 
   // settings that would change what encode returns and that phasescope does not apply
   for (const char* key : {"truncation", "padding"})
     if (root.contains(key) && !root[key].is_null())
-      fail(where(key), "is set; phasescope encodes whole texts without truncation or padding", "set it to null");
+      fail(where(key), "is set; phasescope encodes whole texts without truncation or padding",
+           "set it to null");
 
   // the pipeline, field by field
   add_normal_forms(t->normalizer, root.value("normalizer", nlohmann::json()), where("normalizer"));
   t->pre = pretokenizer_from_json(root.value("pre_tokenizer", nlohmann::json()), where("pre_tokenizer"));
   if (!root.contains("model")) fail(where("model"), "missing", "a tokenizer.json has a \"model\" object");
   t->bpe = bpe_from_json(root["model"], where("model"));
-  if (!root.contains("decoder")) fail(where("decoder"), "missing", "write \"decoder\": {\"type\": \"ByteLevel\"}");
+  if (!root.contains("decoder"))
+    fail(where("decoder"), "missing", "write \"decoder\": {\"type\": \"ByteLevel\"}");
   check_decoder(root["decoder"], where("decoder"));
   const auto forms = t->normalizer;
   t->added = added_vocab_from_json(root.value("added_tokens", nlohmann::json()), where("added_tokens"),
@@ -168,7 +179,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
     for (size_t k = 0; k < t->added.tokens.size(); ++k) {
       const AddedToken& a = t->added.tokens[k];
       auto v = t->bpe.vocab.find(a.content);
-      const int hf_id = v != t->bpe.vocab.end()                            ? v->second
+      const int hf_id = v != t->bpe.vocab.end()                                         ? v->second
                         : (max_added < 0 || (max_added < model_size && model_size > 0)) ? model_size
                                                                                         : max_added + 1;
       if (a.id != hf_id)
@@ -209,10 +220,11 @@ Tokenizer Tokenizer::load(const std::string& path) {
   for (NormalForm f : t->normalizer) norm += (norm.empty() ? "" : "+") + std::string(normal_form_name(f));
   t->describe = fmt::format(
       "BPE (byte-level) vocab={} (model {}, added {}), merges={}, normalizer={}, pre-tokenizer={}, bos={}",
-      max_id + 1, t->bpe.vocab.size(), t->added.tokens.size(), t->bpe.merges.size(), norm.empty() ? "none" : norm,
-      pretokenizer_describe(t->pre),
-      t->bos < 0 ? std::string("none") : fmt::format("{} ({}, from {}{})", t->id_token[t->bos], t->bos, t->bos_source,
-                                                     t->adds_bos ? ", HF adds it" : ""));
+      max_id + 1, t->bpe.vocab.size(), t->added.tokens.size(), t->bpe.merges.size(),
+      norm.empty() ? "none" : norm, pretokenizer_describe(t->pre),
+      t->bos < 0 ? std::string("none")
+                 : fmt::format("{} ({}, from {}{})", t->id_token[t->bos], t->bos, t->bos_source,
+                               t->adds_bos ? ", HF adds it" : ""));
 
   Tokenizer out;
   out.impl_ = std::move(t);

@@ -31,10 +31,11 @@ class Tokenizer {
   // the same bytes before the U+FFFD repair (for streaming: join pieces, then repair).
   std::string decode_bytes(const std::vector<int>& ids) const;
 
-  int vocab_size() const;                           // incl. added tokens: highest id + 1
-  int token_to_id(const std::string& token) const;  // -1 if absent (raw token string, e.g. "<｜begin▁of▁sentence｜>")
-  std::string id_to_token(int id) const;            // "" if absent
-  bool is_special(int id) const;                    // an added token marked "special"
+  int vocab_size() const;  // incl. added tokens: highest id + 1
+  int token_to_id(
+      const std::string& token) const;  // -1 if absent (raw token string, e.g. "<｜begin▁of▁sentence｜>")
+  std::string id_to_token(int id) const;  // "" if absent
+  bool is_special(int id) const;          // an added token marked "special"
 
   // BOS: from tokenizer_config.json beside the file, else the post_processor's template, else a
   // special added token with a well-known BOS spelling; -1 when none is known (Qwen has none).

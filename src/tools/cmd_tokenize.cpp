@@ -34,7 +34,8 @@ void run_tokenize(const TokenizeArgs& a) {
   std::ifstream file;
   if (!from_stdin) {
     file.open(a.input, std::ios::binary);
-    if (!file) fail(a.input, "cannot open the file", "pass a readable UTF-8 text file, or - for standard input");
+    if (!file)
+      fail(a.input, "cannot open the file", "pass a readable UTF-8 text file, or - for standard input");
   }
   std::istream& in = from_stdin ? std::cin : file;
   const std::string name = from_stdin ? "<stdin>" : a.input;
@@ -54,11 +55,14 @@ void run_tokenize(const TokenizeArgs& a) {
 
 void add_tokenize_command(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
-  auto* cmd = app.add_subcommand("tokenize", "print the token ids of UTF-8 text (HuggingFace tokenizer.json, byte-level BPE)");
+  auto* cmd = app.add_subcommand(
+      "tokenize", "print the token ids of UTF-8 text (HuggingFace tokenizer.json, byte-level BPE)");
   cmd->add_option("--tokenizer", a->tokenizer, "path of a tokenizer.json")->required();
   cmd->add_option("input", a->input, "text file (default: standard input)");
-  cmd->add_flag("--jsonl", a->jsonl, "input is JSON lines with a \"text\" field; output one {\"ids\": [...]} line each");
-  cmd->add_flag("--add-bos", a->options.add_bos, "prepend the BOS token (as the HF Python tokenizer does for DeepSeek)");
+  cmd->add_flag("--jsonl", a->jsonl,
+                "input is JSON lines with a \"text\" field; output one {\"ids\": [...]} line each");
+  cmd->add_flag("--add-bos", a->options.add_bos,
+                "prepend the BOS token (as the HF Python tokenizer does for DeepSeek)");
   cmd->callback([a] { run_tokenize(*a); });
 }
 
