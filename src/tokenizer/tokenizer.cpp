@@ -231,6 +231,11 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return out;
 }
 
+const TokenizerImpl& Tokenizer::impl() const {
+  PS_ASSERT(impl_ != nullptr, "a Tokenizer used before Tokenizer::load");
+  return *impl_;
+}
+
 // ---- encode
 
 // BPE over every pre-tokenized piece of one normalized run of text.
@@ -248,7 +253,7 @@ static void encode_run(const TokenizerImpl& t, std::string_view run, std::vector
 }
 
 std::vector<int> Tokenizer::encode(const std::string& utf8) const {
-  const TokenizerImpl& t = *impl_;
+  const TokenizerImpl& t = impl();
   const size_t bad = utf8_invalid_at(utf8);
   if (bad != std::string::npos)
     fail("tokenizer encode", fmt::format("the text is not valid UTF-8 (byte {} of {})", bad, utf8.size()),
@@ -290,7 +295,7 @@ std::vector<int> Tokenizer::encode(const std::string& utf8) const {
 // ---- decode and lookups
 
 std::string Tokenizer::decode_bytes(const std::vector<int>& ids) const {
-  const TokenizerImpl& t = *impl_;
+  const TokenizerImpl& t = impl();
   std::string out;
   for (int id : ids) {
     if (id < 0 || id >= static_cast<int>(t.id_bytes.size()) || (t.id_token[id].empty()))
@@ -303,26 +308,26 @@ std::string Tokenizer::decode_bytes(const std::vector<int>& ids) const {
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const { return utf8_lossy(decode_bytes(ids)); }
 
-int Tokenizer::vocab_size() const { return static_cast<int>(impl_->id_token.size()); }
+int Tokenizer::vocab_size() const { return static_cast<int>(impl().id_token.size()); }
 
 int Tokenizer::token_to_id(const std::string& token) const {
-  auto a = impl_->added_ids.find(token);
-  if (a != impl_->added_ids.end()) return a->second;
-  auto v = impl_->bpe.vocab.find(token);
-  return v == impl_->bpe.vocab.end() ? -1 : v->second;
+  auto a = impl().added_ids.find(token);
+  if (a != impl().added_ids.end()) return a->second;
+  auto v = impl().bpe.vocab.find(token);
+  return v == impl().bpe.vocab.end() ? -1 : v->second;
 }
 
 std::string Tokenizer::id_to_token(int id) const {
-  if (id < 0 || id >= static_cast<int>(impl_->id_token.size())) return "";
-  return impl_->id_token[id];
+  if (id < 0 || id >= static_cast<int>(impl().id_token.size())) return "";
+  return impl().id_token[id];
 }
 
 bool Tokenizer::is_special(int id) const {
-  return id >= 0 && id < static_cast<int>(impl_->id_special.size()) && impl_->id_special[id];
+  return id >= 0 && id < static_cast<int>(impl().id_special.size()) && impl().id_special[id];
 }
 
-int Tokenizer::bos_id() const { return impl_->bos; }
-bool Tokenizer::adds_bos() const { return impl_->adds_bos; }
-std::string Tokenizer::describe() const { return impl_->describe; }
+int Tokenizer::bos_id() const { return impl().bos; }
+bool Tokenizer::adds_bos() const { return impl().adds_bos; }
+std::string Tokenizer::describe() const { return impl().describe; }
 
 }  // namespace phasescope

@@ -45,6 +45,7 @@ class Tokenizer {
   std::string describe() const;  // one line: model type, vocab, normalizer, pre-tokenizer
 
  private:
+  const TokenizerImpl& impl() const;  // asserts that load() made this object
   std::shared_ptr<const TokenizerImpl> impl_;
 };
 
