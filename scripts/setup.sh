@@ -11,6 +11,8 @@ PACKAGES=(
   nlohmann-json3-dev      # JSON configs, journals, checkpoint headers
   libcli11-dev            # CLI parsing
   libpcre2-dev            # Unicode regexes of HuggingFace pre-tokenizers (src/tokenizer)
+  libutf8proc-dev         # Unicode normalization (NFC, ...) of HuggingFace normalizers (src/tokenizer)
+  nodejs                  # the JavaScript reference tokenizers of the tests and bench (tests/js, npm ci)
   libcpp-httplib-dev      # HTTP client for probes, HTTP server for `phasescope serve`
   libfmt-dev              # formatting
   libgtest-dev libgmock-dev  # tests (ctest)
@@ -23,6 +25,12 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# npm: Debian's package, unless an npm is already there (a nodejs from NodeSource ships its own npm,
+# and Debian's npm package conflicts with that nodejs)
+if ! command -v npm >/dev/null 2>&1; then
+  dpkg-query -W -f='${Status}' npm 2>/dev/null | grep -q "install ok installed" || missing+=(npm)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2

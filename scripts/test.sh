@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+bash scripts/js_reference.sh   # tokenizer_test reads the real tokenizer.json files from tests/js/node_modules
 cd build && ctest --output-on-failure -j"$(nproc)"

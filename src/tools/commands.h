@@ -11,5 +11,6 @@ void add_train_command(CLI::App& app);      // train a preset; list presets (cmd
 void add_eval_command(CLI::App& app);       // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)
 void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)
 void add_explain_command(CLI::App& app);    // knockouts, gate profiles, gate cycling (cmd_explain.cpp)
+void add_tokenize_command(CLI::App& app);   // text -> token ids with a tokenizer.json (cmd_tokenize.cpp)
 
 }  // namespace phasescope
