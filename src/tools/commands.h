@@ -10,5 +10,6 @@ void add_theory_command(CLI::App& app);
 void add_train_command(CLI::App& app);   // train a preset; list presets (cmd_train.cpp)
 void add_eval_command(CLI::App& app);
 void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)    // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)  // idealized retrieval model, gradient flow (cmd_theory.cpp)
+void add_serve_command(CLI::App& app);      // OpenAI-compatible HTTP server over a checkpoint (cmd_serve.cpp)
 
 }  // namespace phasescope
