@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — the benchmarks (never part of the tests): attention scaling vs full attention at
-# T = 1K/4K/8K, and the effect of the runtime set-up (allocator tuning, threads).
+# T = 1K/4K/8K, the effect of the runtime set-up (allocator tuning, threads), training speed, and the
+# HTTP server under load (serve_bench: req/s and latency at 1/8/64 clients, batched vs unbatched).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,7 +10,8 @@ if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install o
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get install -y -qq --no-install-recommends python3-torch
 fi
-bash scripts/build.sh attention_bench runtime_bench train_bench
+bash scripts/build.sh attention_bench runtime_bench train_bench serve_bench
 ./build/runtime_bench
 ./build/train_bench
 ./build/attention_bench --benchmark_color=false
+./build/serve_bench
