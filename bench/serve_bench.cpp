@@ -1,6 +1,6 @@
 // serve_bench.cpp — load test of `phasescope serve`: requests/s and latency percentiles at 1, 8 and 64
-// concurrent clients, batched (--max-batch 32, and 8) against unbatched (--max-batch 1), printed as one
-// table, after the cost of the bare forward pass at each batch size (what batching can win on this CPU).
+// concurrent clients, batched (--max-batch 32 and 8 with the 2 ms gathering window, 32 with none) against
+// unbatched (--max-batch 1), printed as one table, after the cost of the bare forward pass at each batch size (what batching can win on this CPU).
 // Workload: the lookup evaluation's own prompts (the checkpoint's layout, prefix protocol; 226 tokens for
 // the laptop presets) as token ids, max_tokens 1, greedy: one scored sample per request, as an HTTP
 // evaluation sends them. Model: --checkpoint DIR, else w8s8-1kv at its seeded random init (speed does not
@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -38,6 +40,14 @@ struct Cell {
   std::vector<double> ms;  // latency of every completed request
   double mean_rows = 0;    // sequences per forward pass during the cell
 };
+
+// The 1-minute load average (/proc/loadavg): on a shared machine it says how much the numbers can be trusted.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  in >> one;
+  return one.empty() ? "?" : one;
+}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -102,7 +112,8 @@ int main(int argc, char** argv) {
     }
   }
   const RuntimeInfo rt = runtime_init();
-  fmt::print("runtime: {}\n", runtime_describe(rt));
+  fmt::print("runtime: {}; load average {} on {} cores\n", runtime_describe(rt), load_average(),
+             std::thread::hardware_concurrency());
 
   // the checkpoint: given, or w8s8-1kv at its seeded init in a temp folder
   std::string tmp;
@@ -140,28 +151,41 @@ int main(int argc, char** argv) {
     fmt::print("\n\n");
   }
 
-  // batched and unbatched servers, each at 1, 8 and 64 clients
-  fmt::print("{:<22} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>7}\n", "server", "clients", "requests", "req/s",
-             "p50 ms", "p90 ms", "p99 ms", "rows/pass", "errors");
-  for (int max_batch : {32, 8, 1}) {
+  // batched and unbatched servers, all up at once; the cells run interleaved (for each client count, each
+  // server in turn) so that a change in the machine's load during the run hits every server alike
+  struct Config {
+    int max_batch;
+    double window_ms;
+  };
+  const std::vector<Config> configs = {{32, 2}, {8, 2}, {32, 0}, {1, 0}};
+  const std::vector<int> client_counts = {1, 8, 64};
+  std::vector<std::unique_ptr<Server>> servers;
+  for (const Config& cfg : configs) {
     ServeOptions so;
     so.checkpoint = checkpoint;
     so.port = 0;
-    so.max_batch = max_batch;
-    so.batch_window_ms = 2;
+    so.max_batch = cfg.max_batch;
+    so.batch_window_ms = cfg.window_ms;
     so.http_threads = 80;
-    Server server(so);
-    run_cell(server, bodies, 4, 0.5);  // warm-up: first-touch allocations, connections
-    for (int clients : {1, 8, 64}) {
-      const Cell c = run_cell(server, bodies, clients, seconds);
-      fmt::print("{:<22} {:>7} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>11.1f} {:>7}\n",
-                 fmt::format("--max-batch {}", max_batch) + (max_batch > 1 ? " (batched)" : " (unbatched)"), clients,
-                 c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5), percentile(c.ms, 0.9),
-                 percentile(c.ms, 0.99), c.mean_rows, c.errors);
-      std::fflush(stdout);
-    }
-    server.shutdown();
+    servers.emplace_back(new Server(so));
+    run_cell(*servers.back(), bodies, 4, 0.5);  // warm-up: first-touch allocations, connections
   }
+  std::vector<std::vector<Cell>> cells(configs.size());
+  for (int clients : client_counts)
+    for (size_t b = 0; b < configs.size(); ++b) cells[b].push_back(run_cell(*servers[b], bodies, clients, seconds));
+  fmt::print("{:<32} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n", "server", "clients", "requests", "req/s",
+             "p50 ms", "p90 ms", "p99 ms", "rows/pass", "errors");
+  for (size_t b = 0; b < configs.size(); ++b) {
+    const Config& cfg = configs[b];
+    const std::string name = cfg.max_batch == 1
+                                 ? std::string("--max-batch 1 (unbatched)")
+                                 : fmt::format("--max-batch {} --batch-window-ms {}", cfg.max_batch, cfg.window_ms);
+    for (const Cell& c : cells[b])
+      fmt::print("{:<32} {:>7} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n", name, c.clients, c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5), percentile(c.ms, 0.9),
+                 percentile(c.ms, 0.99), c.mean_rows, c.errors);
+    servers[b]->shutdown();
+  }
+  fmt::print("load average at the end: {}\n", load_average());
   if (!tmp.empty()) std::filesystem::remove_all(tmp);
   return 0;
 }
