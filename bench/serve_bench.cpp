@@ -1,11 +1,12 @@
 // serve_bench.cpp — load test of `phasescope serve`: requests/s and latency percentiles at 1, 8 and 64
 // concurrent clients, batched (--max-batch 32 and 8 with the 2 ms gathering window, 32 with none) against
-// unbatched (--max-batch 1), printed as one table, after the cost of the bare forward pass at each batch size (what batching can win on this CPU).
-// Workload: the lookup evaluation's own prompts (the checkpoint's layout, prefix protocol; 226 tokens for
-// the laptop presets) as token ids, max_tokens 1, greedy: one scored sample per request, as an HTTP
-// evaluation sends them. Model: --checkpoint DIR, else w8s8-1kv at its seeded random init (speed does not
-// depend on training), written to a temp folder. Clients and server share this machine's cores; the
-// server's torch threads are PHASESCOPE_THREADS (default: all cores). Run by scripts/bench.sh. Not a test.
+// unbatched (--max-batch 1), printed as one table, after the cost of the bare forward pass at each batch size
+// (what batching can win on this CPU). Workload: the lookup evaluation's own prompts (the checkpoint's
+// layout, prefix protocol; 226 tokens for the laptop presets) as token ids, max_tokens 1, greedy: one scored
+// sample per request, as an HTTP evaluation sends them. Model: --checkpoint DIR, else w8s8-1kv at its seeded
+// random init (speed does not depend on training), written to a temp folder. Clients and server share this
+// machine's cores; the server's torch threads are PHASESCOPE_THREADS (default: all cores). Run by
+// scripts/bench.sh. Not a test.
 //   usage: serve_bench [--checkpoint DIR] [--seconds S per cell (default 5)]
 #include <fmt/format.h>
 #include <httplib.h>
@@ -104,8 +105,10 @@ int main(int argc, char** argv) {
   double seconds = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--checkpoint") checkpoint = argv[i + 1];
-    else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
+    if (a == "--checkpoint")
+      checkpoint = argv[i + 1];
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
     else {
       fmt::print(stderr, "usage: serve_bench [--checkpoint DIR] [--seconds S]\n");
       return 2;
@@ -118,7 +121,8 @@ int main(int argc, char** argv) {
   // the checkpoint: given, or w8s8-1kv at its seeded init in a temp folder
   std::string tmp;
   if (checkpoint.empty()) {
-    tmp = (std::filesystem::temp_directory_path() / fmt::format("phasescope-serve-bench-{}", ::getpid())).string();
+    tmp = (std::filesystem::temp_directory_path() / fmt::format("phasescope-serve-bench-{}", ::getpid()))
+              .string();
     train_write_init(preset_load("w8s8-1kv"), tmp);
     checkpoint = tmp;
   }
@@ -130,8 +134,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> bodies;
   for (const LayoutSample& s : design.samples)
     bodies.push_back(nlohmann::json{{"prompt", s.tokens}, {"max_tokens", 1}, {"temperature", 0}}.dump());
-  fmt::print("model: {} ({}), prompts of {} tokens, max_tokens 1, {:.0f} s per cell\n\n", preset.name, checkpoint,
-             design.prompt_len, seconds);
+  fmt::print("model: {} ({}), prompts of {} tokens, max_tokens 1, {:.0f} s per cell\n\n", preset.name,
+             checkpoint, design.prompt_len, seconds);
 
   // the forward pass alone (no HTTP): what one batch costs at each size, on this thread
   {
@@ -140,7 +144,8 @@ int main(int argc, char** argv) {
     fmt::print("forward pass alone (model_last_logprobs, {} tokens):", design.prompt_len);
     for (int B : {1, 8, 16, 32, 64}) {
       std::vector<const std::vector<int>*> prompts;
-      for (int i = 0; i < B; ++i) prompts.push_back(&design.samples[size_t(i) % design.samples.size()].tokens);
+      for (int i = 0; i < B; ++i)
+        prompts.push_back(&design.samples[size_t(i) % design.samples.size()].tokens);
       model_last_logprobs(*m.model, prompts);  // warm-up
       const int reps = std::max(2, 64 / B);
       const auto t0 = Clock::now();
@@ -172,16 +177,18 @@ int main(int argc, char** argv) {
   }
   std::vector<std::vector<Cell>> cells(configs.size());
   for (int clients : client_counts)
-    for (size_t b = 0; b < configs.size(); ++b) cells[b].push_back(run_cell(*servers[b], bodies, clients, seconds));
-  fmt::print("{:<32} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n", "server", "clients", "requests", "req/s",
-             "p50 ms", "p90 ms", "p99 ms", "rows/pass", "errors");
+    for (size_t b = 0; b < configs.size(); ++b)
+      cells[b].push_back(run_cell(*servers[b], bodies, clients, seconds));
+  fmt::print("{:<32} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n", "server", "clients", "requests",
+             "req/s", "p50 ms", "p90 ms", "p99 ms", "rows/pass", "errors");
   for (size_t b = 0; b < configs.size(); ++b) {
     const Config& cfg = configs[b];
-    const std::string name = cfg.max_batch == 1
-                                 ? std::string("--max-batch 1 (unbatched)")
-                                 : fmt::format("--max-batch {} --batch-window-ms {}", cfg.max_batch, cfg.window_ms);
+    const std::string name =
+        cfg.max_batch == 1 ? std::string("--max-batch 1 (unbatched)")
+                           : fmt::format("--max-batch {} --batch-window-ms {}", cfg.max_batch, cfg.window_ms);
     for (const Cell& c : cells[b])
-      fmt::print("{:<32} {:>7} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n", name, c.clients, c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5), percentile(c.ms, 0.9),
+      fmt::print("{:<32} {:>7} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n", name, c.clients,
+                 c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5), percentile(c.ms, 0.9),
                  percentile(c.ms, 0.99), c.mean_rows, c.errors);
     servers[b]->shutdown();
   }

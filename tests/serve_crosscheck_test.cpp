@@ -40,20 +40,27 @@ struct HttpScorer : Backend {
       with_answer.push_back(t);
     }
     const ts::Reply a = ts::post(port, "/v1/completions",
-                                 json{{"model", model}, {"prompt", prompts}, {"max_tokens", 1}, {"temperature", 0},
-                                      {"logprobs", 5}, {"return_tokens_as_token_ids", true}});
-    const ts::Reply b = ts::post(port, "/v1/completions",
-                                 json{{"model", model}, {"prompt", with_answer}, {"max_tokens", 0}, {"echo", true},
-                                      {"logprobs", 0}});
+                                 json{{"model", model},
+                                      {"prompt", prompts},
+                                      {"max_tokens", 1},
+                                      {"temperature", 0},
+                                      {"logprobs", 5},
+                                      {"return_tokens_as_token_ids", true}});
+    const ts::Reply b = ts::post(
+        port, "/v1/completions",
+        json{{"model", model}, {"prompt", with_answer}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 0}});
     requests += 2;
-    if (a.status != 200 || b.status != 200) fail("http scorer", "HTTP " + std::to_string(a.status) + " " + a.raw, "see the server");
+    if (a.status != 200 || b.status != 200)
+      fail("http scorer", "HTTP " + std::to_string(a.status) + " " + a.raw, "see the server");
     std::vector<ScoreResult> out(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       const json& c = a.body["choices"][i];
       out[i].top1 = c["token_ids"][0];
-      for (auto it = c["logprobs"]["top_logprobs"][0].begin(); it != c["logprobs"]["top_logprobs"][0].end(); ++it)
+      for (auto it = c["logprobs"]["top_logprobs"][0].begin(); it != c["logprobs"]["top_logprobs"][0].end();
+           ++it)
         out[i].topk.push_back({std::stoi(it.key().substr(9)), it.value().get<double>()});  // "token_id:17"
-      std::sort(out[i].topk.begin(), out[i].topk.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+      std::sort(out[i].topk.begin(), out[i].topk.end(),
+                [](const auto& x, const auto& y) { return x.second > y.second; });
       out[i].answer_logprob = b.body["choices"][i]["logprobs"]["token_logprobs"].back();
     }
     return out;
@@ -101,7 +108,8 @@ TEST(ServeCrossCheck, InProcessAndHttpGiveIdenticalAnswersAndTables) {
     const EvalResults b = run_eval(http, o, dir_http);
 
     // per sample: the same answer, the same top-5, log-probs within 1e-5
-    const JournalLoad ja = journal_load(dir_local + "/journal.jsonl"), jb = journal_load(dir_http + "/journal.jsonl");
+    const JournalLoad ja = journal_load(dir_local + "/journal.jsonl"),
+                      jb = journal_load(dir_http + "/journal.jsonl");
     ASSERT_EQ(ja.records.size(), 192u);
     ASSERT_EQ(jb.records.size(), ja.records.size());
     std::map<int64_t, const JournalRecord*> by_id;
@@ -124,8 +132,9 @@ TEST(ServeCrossCheck, InProcessAndHttpGiveIdenticalAnswersAndTables) {
       correct += x.correct();
     }
     EXPECT_GT(correct, 0);  // the tables below have something in them
-    std::printf("  %s: %zu samples, %lld right; top-5 log-probs differ by at most %.3g, answer log-probs by %.3g\n",
-                pad_protocol_name(protocol).c_str(), ja.records.size(), (long long)correct, max_top, max_answer);
+    std::printf(
+        "  %s: %zu samples, %lld right; top-5 log-probs differ by at most %.3g, answer log-probs by %.3g\n",
+        pad_protocol_name(protocol).c_str(), ja.records.size(), (long long)correct, max_top, max_answer);
     EXPECT_LE(max_top, 1e-5);
     EXPECT_LE(max_answer, 1e-5);
 
@@ -135,7 +144,8 @@ TEST(ServeCrossCheck, InProcessAndHttpGiveIdenticalAnswersAndTables) {
       EXPECT_EQ(a.stats.per_residue[r].n, b.stats.per_residue[r].n) << r;
       EXPECT_EQ(a.stats.per_residue[r].correct, b.stats.per_residue[r].correct) << r;
     }
-    for (size_t r = 0; r < a.stats.folded.size(); ++r) EXPECT_EQ(a.stats.folded[r].correct, b.stats.folded[r].correct);
+    for (size_t r = 0; r < a.stats.folded.size(); ++r)
+      EXPECT_EQ(a.stats.folded[r].correct, b.stats.folded[r].correct);
     EXPECT_EQ(a.stats.mean, b.stats.mean);
     EXPECT_EQ(a.stats.gap, b.stats.gap);
     EXPECT_EQ(a.stats.p_value, b.stats.p_value);
@@ -146,8 +156,8 @@ TEST(ServeCrossCheck, InProcessAndHttpGiveIdenticalAnswersAndTables) {
     std::filesystem::remove_all(dir_local);
     std::filesystem::remove_all(dir_http);
   }
-  std::printf("  HTTP scorer: %lld requests; server: %lld forward passes, largest batch %d\n", (long long)http.requests,
-              (long long)server.stats().forwards, server.stats().max_rows);
+  std::printf("  HTTP scorer: %lld requests; server: %lld forward passes, largest batch %d\n",
+              (long long)http.requests, (long long)server.stats().forwards, server.stats().max_rows);
   server.shutdown();
   std::filesystem::remove_all(ckpt);
 }

@@ -34,7 +34,9 @@ namespace ts = testing_serve;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-double since_ms(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double since_ms(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 // One server on the tiny checkpoint for the endpoint tests (built once per binary).
 class Serve : public ::testing::Test {
@@ -123,8 +125,9 @@ TEST_F(Serve, CompletionsWithTextAndTokenIdsAgree) {
                                 json{{"prompt", "bos k1 n2 k3 n4 k1"}, {"max_tokens", 4}, {"temperature", 0}})
                            .body;
   const std::vector<int> ids = {v.bos(), v.key(1), v.name(2), v.key(3), v.name(4), v.key(1)};
-  const ts::Reply r = ts::post(port(), "/v1/completions",
-                               json{{"model", "tiny-w8s8"}, {"prompt", ids}, {"max_tokens", 4}, {"temperature", 0}});
+  const ts::Reply r =
+      ts::post(port(), "/v1/completions",
+               json{{"model", "tiny-w8s8"}, {"prompt", ids}, {"max_tokens", 4}, {"temperature", 0}});
   ASSERT_EQ(r.status, 200) << r.raw;
   const json& b = r.body;
   EXPECT_EQ(b["object"], "text_completion");
@@ -155,8 +158,9 @@ TEST_F(Serve, CompletionsWithTextAndTokenIdsAgree) {
   EXPECT_EQ(two.body["choices"][1]["index"], 1);
   EXPECT_EQ(two.body["usage"]["prompt_tokens"], 8);
   EXPECT_EQ(two.body["usage"]["completion_tokens"], 8);
-  const ts::Reply texts = ts::post(port(), "/v1/completions",
-                                   json{{"prompt", {"bos k1 n2 k3 n4 k1", "bos k9"}}, {"max_tokens", 4}, {"temperature", 0}});
+  const ts::Reply texts =
+      ts::post(port(), "/v1/completions",
+               json{{"prompt", {"bos k1 n2 k3 n4 k1", "bos k9"}}, {"max_tokens", 4}, {"temperature", 0}});
   ASSERT_EQ(texts.status, 200) << texts.raw;
   EXPECT_EQ(texts.body["choices"], two.body["choices"]);
 }
@@ -182,15 +186,17 @@ TEST_F(Serve, LogprobsAndEchoFollowVllm) {
     EXPECT_EQ(top.size(), 3u);  // greedy: the chosen token is the best, so k entries
     ASSERT_TRUE(top.contains(tok));
     // greedy: the chosen token has the highest log-prob of the step
-    for (auto it = top.begin(); it != top.end(); ++it) EXPECT_LE(it.value().get<double>(), top[tok].get<double>());
+    for (auto it = top.begin(); it != top.end(); ++it)
+      EXPECT_LE(it.value().get<double>(), top[tok].get<double>());
     EXPECT_EQ(top[tok], lp["token_logprobs"][t]);
     EXPECT_LT(lp["token_logprobs"][t].get<double>(), 0.0);
   }
   EXPECT_EQ(joined, c["text"]);
 
   // echo: the prompt's tokens first (the first without a log-prob), then the generated ones
-  const ts::Reply e = ts::post(port(), "/v1/completions",
-                               json{{"prompt", ids}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 2}, {"echo", true}});
+  const ts::Reply e =
+      ts::post(port(), "/v1/completions",
+               json{{"prompt", ids}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 2}, {"echo", true}});
   ASSERT_EQ(e.status, 200) << e.raw;
   const json& ec = e.body["choices"][0];
   EXPECT_EQ(ec["text"], "bos k5 n6 k5" + c["text"].get<std::string>());
@@ -211,11 +217,15 @@ TEST_F(Serve, LogprobsAndEchoFollowVllm) {
   for (size_t t = 1; t < ids.size(); ++t) {
     const std::vector<int> head(ids.begin(), ids.begin() + long(t));
     const ts::Reply s = ts::post(port(), "/v1/completions",
-                                 json{{"prompt", head}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 20},
+                                 json{{"prompt", head},
+                                      {"max_tokens", 1},
+                                      {"temperature", 0},
+                                      {"logprobs", 20},
                                       {"return_tokens_as_token_ids", true}});
     const json& top = s.body["choices"][0]["logprobs"]["top_logprobs"][0];
     const std::string key = "token_id:" + std::to_string(ids[t]);
-    if (top.contains(key)) EXPECT_NEAR(top[key].get<double>(), el["token_logprobs"][t].get<double>(), 1e-5) << t;
+    if (top.contains(key))
+      EXPECT_NEAR(top[key].get<double>(), el["token_logprobs"][t].get<double>(), 1e-5) << t;
   }
   // max_tokens 0 with echo: the prompt's log-probs alone (scoring)
   const ts::Reply z = ts::post(port(), "/v1/completions",
@@ -234,7 +244,7 @@ TEST_F(Serve, SeededSamplingIsReproducibleAndNIsHonoured) {
   const ts::Reply b = ts::post(port(), "/v1/completions", req);
   ASSERT_EQ(a.status, 200) << a.raw;
   ASSERT_EQ(a.body["choices"].size(), 3u);
-  EXPECT_EQ(a.body["choices"], b.body["choices"]);  // same seed, same samples
+  EXPECT_EQ(a.body["choices"], b.body["choices"]);                                  // same seed, same samples
   EXPECT_NE(a.body["choices"][0]["token_ids"], a.body["choices"][1]["token_ids"]);  // sample j uses seed + j
   json other = req;
   other["seed"] = 8;
@@ -243,8 +253,12 @@ TEST_F(Serve, SeededSamplingIsReproducibleAndNIsHonoured) {
   EXPECT_EQ(c.body["choices"][0]["token_ids"], a.body["choices"][1]["token_ids"]);  // seed 8 = seed 7 + 1
   EXPECT_EQ(a.body["usage"]["completion_tokens"], 36);
   // greedy ignores the seed
-  const ts::Reply g1 = ts::post(port(), "/v1/completions", json{{"prompt", "bos k1"}, {"max_tokens", 5}, {"temperature", 0}, {"seed", 1}});
-  const ts::Reply g2 = ts::post(port(), "/v1/completions", json{{"prompt", "bos k1"}, {"max_tokens", 5}, {"temperature", 0}, {"seed", 2}});
+  const ts::Reply g1 =
+      ts::post(port(), "/v1/completions",
+               json{{"prompt", "bos k1"}, {"max_tokens", 5}, {"temperature", 0}, {"seed", 1}});
+  const ts::Reply g2 =
+      ts::post(port(), "/v1/completions",
+               json{{"prompt", "bos k1"}, {"max_tokens", 5}, {"temperature", 0}, {"seed", 2}});
   EXPECT_EQ(g1.body["choices"], g2.body["choices"]);
 }
 
@@ -267,7 +281,7 @@ TEST_F(Serve, StopStringsAndStopTokens) {
   const json cut = ts::post(port(), "/v1/completions", req).body["choices"][0];
   EXPECT_EQ(cut["finish_reason"], "stop");
   EXPECT_EQ(cut["token_ids"].size(), k + 1);  // the token that completed the stop string is reported
-  EXPECT_EQ(cut["text"], before + " ");      // the text ends where the stop string begins
+  EXPECT_EQ(cut["text"], before + " ");       // the text ends where the stop string begins
   req.erase("stop");
   req["stop_token_ids"] = {gen[k]};
   const json cut2 = ts::post(port(), "/v1/completions", req).body["choices"][0];
@@ -278,17 +292,19 @@ TEST_F(Serve, StopStringsAndStopTokens) {
 
 TEST_F(Serve, ChatUsesTheDocumentedTemplate) {
   // template: BOS, then each message's content tokens; the reply is the generated tokens
-  const ts::Reply r = ts::post(port(), "/v1/chat/completions",
-                               json{{"model", "tiny-w8s8"},
-                                    {"messages", {{{"role", "system"}, {"content", "k1 n2"}}, {{"role", "user"}, {"content", "k1"}}}},
-                                    {"max_tokens", 3},
-                                    {"temperature", 0},
-                                    {"logprobs", true},
-                                    {"top_logprobs", 2}});
+  const ts::Reply r = ts::post(
+      port(), "/v1/chat/completions",
+      json{{"model", "tiny-w8s8"},
+           {"messages", {{{"role", "system"}, {"content", "k1 n2"}}, {{"role", "user"}, {"content", "k1"}}}},
+           {"max_tokens", 3},
+           {"temperature", 0},
+           {"logprobs", true},
+           {"top_logprobs", 2}});
   ASSERT_EQ(r.status, 200) << r.raw;
-  const json same = ts::post(port(), "/v1/completions",
-                             json{{"prompt", "bos k1 n2 k1"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 2}})
-                        .body["choices"][0];
+  const json same =
+      ts::post(port(), "/v1/completions",
+               json{{"prompt", "bos k1 n2 k1"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 2}})
+          .body["choices"][0];
   const json& c = r.body["choices"][0];
   EXPECT_EQ(r.body["object"], "chat.completion");
   EXPECT_EQ(c["message"]["role"], "assistant");
@@ -307,7 +323,9 @@ TEST_F(Serve, ChatUsesTheDocumentedTemplate) {
   // content as text parts is the same prompt
   const ts::Reply parts = ts::post(
       port(), "/v1/chat/completions",
-      json{{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "k1 n2"}}, {{"type", "text"}, {"text", "k1"}}}}}}},
+      json{{"messages",
+            {{{"role", "user"},
+              {"content", {{{"type", "text"}, {"text", "k1 n2"}}, {{"type", "text"}, {"text", "k1"}}}}}}},
            {"max_tokens", 3},
            {"temperature", 0}});
   EXPECT_EQ(parts.body["choices"][0]["token_ids"], c["token_ids"]) << parts.raw;
@@ -320,9 +338,12 @@ TEST_F(Serve, TokenizeAndDetokenizeInBothShapes) {
   ts::Reply r = ts::post(port(), "/tokenize", json{{"content", "bos k17 n3 f2 b104"}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body, (json{{"tokens", ids}}));
-  r = ts::post(port(), "/tokenize", json{{"content", "k17 n3"}, {"add_special", true}, {"with_pieces", true}});
-  EXPECT_EQ(r.body, (json{{"tokens", {{{"id", v.bos()}, {"piece", "bos"}}, {{"id", v.key(17)}, {"piece", " k17"}},
-                                      {{"id", v.name(3)}, {"piece", " n3"}}}}}))
+  r = ts::post(port(), "/tokenize",
+               json{{"content", "k17 n3"}, {"add_special", true}, {"with_pieces", true}});
+  EXPECT_EQ(r.body, (json{{"tokens",
+                           {{{"id", v.bos()}, {"piece", "bos"}},
+                            {{"id", v.key(17)}, {"piece", " k17"}},
+                            {{"id", v.name(3)}, {"piece", " n3"}}}}}))
       << r.raw;
   // vLLM: {"prompt"} -> {"count", "max_model_len", "tokens", "token_strs"}
   r = ts::post(port(), "/tokenize", json{{"model", "tiny-w8s8"}, {"prompt", "bos k17 n3 f2 b104"}});
@@ -331,7 +352,8 @@ TEST_F(Serve, TokenizeAndDetokenizeInBothShapes) {
   EXPECT_EQ(r.body["max_model_len"], 128);
   EXPECT_EQ(r.body["tokens"], ids);
   EXPECT_TRUE(r.body["token_strs"].is_null());
-  r = ts::post(port(), "/tokenize", json{{"prompt", "k17"}, {"add_special_tokens", true}, {"return_token_strs", true}});
+  r = ts::post(port(), "/tokenize",
+               json{{"prompt", "k17"}, {"add_special_tokens", true}, {"return_token_strs", true}});
   EXPECT_EQ(r.body["tokens"], json({v.bos(), v.key(17)}));
   EXPECT_EQ(r.body["token_strs"], json::parse(R"(["bos"," k17"])"));
   r = ts::post(port(), "/tokenize", json{{"messages", {{{"role", "user"}, {"content", "k1 n2"}}}}});
@@ -355,16 +377,22 @@ TEST_F(Serve, RefusalsAreOpenAiErrorObjectsWithTheRightStatus) {
   expect_error(ts::post(port(), C, std::string("[1, 2]")), 400, "", "invalid_json");
   expect_error(ts::post(port(), "/tokenize", std::string("nope")), 400, "", "invalid_json");
   // fields of the wrong type, unknown fields, values out of range
-  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"max_tokens", "ten"}}), 400, "max_tokens", "invalid_type");
-  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"max_tokens", 1.5}}), 400, "max_tokens", "invalid_type");
-  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"temperature", "hot"}}), 400, "temperature", "invalid_type");
+  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"max_tokens", "ten"}}), 400, "max_tokens",
+               "invalid_type");
+  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"max_tokens", 1.5}}), 400, "max_tokens",
+               "invalid_type");
+  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"temperature", "hot"}}), 400, "temperature",
+               "invalid_type");
   expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"echo", 1}}), 400, "echo", "invalid_type");
   expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"stop", 5}}), 400, "stop", "invalid_type");
   expect_error(ts::post(port(), C, json{{"prompt", 17}}), 400, "prompt", "invalid_type");
   expect_error(ts::post(port(), C, json{{"prompt", {0, "k1"}}}), 400, "prompt", "invalid_type");
-  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"frobnicate", true}}), 400, "frobnicate", "unknown_parameter");
-  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"logprobs", 21}}), 400, "logprobs", "invalid_value");
-  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"max_tokens", -1}}), 400, "max_tokens", "invalid_value");
+  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"frobnicate", true}}), 400, "frobnicate",
+               "unknown_parameter");
+  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"logprobs", 21}}), 400, "logprobs",
+               "invalid_value");
+  expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"max_tokens", -1}}), 400, "max_tokens",
+               "invalid_value");
   expect_error(ts::post(port(), C, json{{"prompt", "bos"}, {"stream", true}}), 400, "stream", "unsupported");
   expect_error(ts::post(port(), C, json{{"max_tokens", 1}}), 400, "prompt", "missing_parameter");
   // prompts the model cannot read
@@ -376,28 +404,39 @@ TEST_F(Serve, RefusalsAreOpenAiErrorObjectsWithTheRightStatus) {
   const std::vector<int> long_prompt(129, 0), fits(128, 0);
   const ts::Reply over = ts::post(port(), C, json{{"prompt", long_prompt}, {"max_tokens", 0}});
   expect_error(over, 400, "prompt", "context_length_exceeded");
-  EXPECT_NE(over.body["error"]["message"].get<std::string>().find("maximum context length is 128 tokens"), std::string::npos);
-  expect_error(ts::post(port(), C, json{{"prompt", fits}, {"max_tokens", 1}}), 400, "prompt", "context_length_exceeded");
+  EXPECT_NE(over.body["error"]["message"].get<std::string>().find("maximum context length is 128 tokens"),
+            std::string::npos);
+  expect_error(ts::post(port(), C, json{{"prompt", fits}, {"max_tokens", 1}}), 400, "prompt",
+               "context_length_exceeded");
   EXPECT_EQ(ts::post(port(), C, json{{"prompt", fits}, {"max_tokens", 0}, {"echo", true}}).status, 200);
-  expect_error(ts::post(port(), "/v1/chat/completions",
-                        json{{"messages", {{{"role", "user"}, {"content", text_decode(vocab(), long_prompt)}}}}}),
-               400, "messages", "context_length_exceeded");
+  expect_error(
+      ts::post(port(), "/v1/chat/completions",
+               json{{"messages", {{{"role", "user"}, {"content", text_decode(vocab(), long_prompt)}}}}}),
+      400, "messages", "context_length_exceeded");
   // unknown model: 404 on every endpoint that names one
-  expect_error(ts::post(port(), C, json{{"model", "gpt-4"}, {"prompt", "bos"}}), 404, "model", "model_not_found");
-  expect_error(ts::post(port(), "/v1/chat/completions", json{{"model", "gpt-4"}, {"messages", {{{"role", "user"}, {"content", "k1"}}}}}),
+  expect_error(ts::post(port(), C, json{{"model", "gpt-4"}, {"prompt", "bos"}}), 404, "model",
+               "model_not_found");
+  expect_error(ts::post(port(), "/v1/chat/completions",
+                        json{{"model", "gpt-4"}, {"messages", {{{"role", "user"}, {"content", "k1"}}}}}),
                404, "model", "model_not_found");
-  expect_error(ts::post(port(), "/tokenize", json{{"model", "x"}, {"prompt", "bos"}}), 404, "model", "model_not_found");
+  expect_error(ts::post(port(), "/tokenize", json{{"model", "x"}, {"prompt", "bos"}}), 404, "model",
+               "model_not_found");
   // chat specifics
-  expect_error(ts::post(port(), "/v1/chat/completions", json{{"messages", json::array()}}), 400, "messages", "invalid_value");
-  expect_error(ts::post(port(), "/v1/chat/completions", json{{"messages", {{{"role", "wizard"}, {"content", "k1"}}}}}), 400,
-               "messages[0].role", "invalid_value");
-  expect_error(ts::post(port(), "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "k1"}}}}, {"top_logprobs", 2}}),
+  expect_error(ts::post(port(), "/v1/chat/completions", json{{"messages", json::array()}}), 400, "messages",
+               "invalid_value");
+  expect_error(
+      ts::post(port(), "/v1/chat/completions", json{{"messages", {{{"role", "wizard"}, {"content", "k1"}}}}}),
+      400, "messages[0].role", "invalid_value");
+  expect_error(ts::post(port(), "/v1/chat/completions",
+                        json{{"messages", {{{"role", "user"}, {"content", "k1"}}}}, {"top_logprobs", 2}}),
                400, "top_logprobs", "invalid_value");
   // tokenize / detokenize
   expect_error(ts::post(port(), "/tokenize", json{{"text", "bos"}}), 400, "text", "unknown_parameter");
   expect_error(ts::post(port(), "/tokenize", json::object()), 400, "content", "missing_parameter");
-  expect_error(ts::post(port(), "/tokenize", json{{"content", "bos"}, {"prompt", "bos"}}), 400, "content", "invalid_value");
-  expect_error(ts::post(port(), "/detokenize", json{{"tokens", {0, 100000}}}), 400, "tokens", "invalid_token");
+  expect_error(ts::post(port(), "/tokenize", json{{"content", "bos"}, {"prompt", "bos"}}), 400, "content",
+               "invalid_value");
+  expect_error(ts::post(port(), "/detokenize", json{{"tokens", {0, 100000}}}), 400, "tokens",
+               "invalid_token");
   expect_error(ts::post(port(), "/detokenize", json{{"tokens", "bos"}}), 400, "tokens", "invalid_type");
   // unknown paths and wrong methods
   expect_error(ts::get(port(), "/v1/embeddings"), 404, "", "not_found");
@@ -418,7 +457,10 @@ TEST(ServeBatching, ConcurrentRequestsShareForwardPassesAndAnswerAsAlone) {
   const Vocab v = task_vocab(ts::tiny_preset().task);
   std::vector<json> reqs;
   for (int i = 0; i < 8; ++i)
-    reqs.push_back(json{{"prompt", {v.bos(), v.key(i), v.name(i + 1), v.key(i)}}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 1}});
+    reqs.push_back(json{{"prompt", {v.bos(), v.key(i), v.name(i + 1), v.key(i)}},
+                        {"max_tokens", 3},
+                        {"temperature", 0},
+                        {"logprobs", 1}});
   // concurrent
   std::vector<json> together(reqs.size());
   std::vector<std::thread> threads;
@@ -426,7 +468,8 @@ TEST(ServeBatching, ConcurrentRequestsShareForwardPassesAndAnswerAsAlone) {
     threads.emplace_back([&, i] { together[i] = ts::post(server.port(), "/v1/completions", reqs[i]).body; });
   for (auto& t : threads) t.join();
   const EngineStats st = server.stats();
-  std::printf("  8 concurrent requests x 3 tokens: %lld forward passes, largest batch %d\n", (long long)st.forwards, st.max_rows);
+  std::printf("  8 concurrent requests x 3 tokens: %lld forward passes, largest batch %d\n",
+              (long long)st.forwards, st.max_rows);
   EXPECT_GE(st.max_rows, 2);  // how many share a pass depends on thread start-up on a loaded machine
   EXPECT_LT(st.forwards, 24);
   // one by one (a second server with the default 2 ms window, same checkpoint): the same answers
@@ -448,10 +491,15 @@ TEST_F(Serve, RightPaddedBatchEqualsPromptsOneByOne) {
   std::vector<std::vector<int>> prompts;
   for (int len : {3, 40, 97}) {
     std::vector<int> p = {v.bos()};
-    for (int t = 1; t < len; ++t) p.push_back(t % 3 == 0 ? v.filler(t % 16) : (t % 2 ? v.key(t % 128) : v.name((7 * t) % 128)));
+    for (int t = 1; t < len; ++t)
+      p.push_back(t % 3 == 0 ? v.filler(t % 16) : (t % 2 ? v.key(t % 128) : v.name((7 * t) % 128)));
     prompts.push_back(p);
   }
-  const json req{{"prompt", prompts}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 5}, {"return_tokens_as_token_ids", true}};
+  const json req{{"prompt", prompts},
+                 {"max_tokens", 1},
+                 {"temperature", 0},
+                 {"logprobs", 5},
+                 {"return_tokens_as_token_ids", true}};
   const ts::Reply together = ts::post(port(), "/v1/completions", req);
   ASSERT_EQ(together.status, 200) << together.raw;
   double max_diff = 0;
@@ -483,7 +531,8 @@ int stalled_connection(int port) {
   a.sin_port = htons(uint16_t(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
-  const std::string part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"prompt\": ";
+  const std::string part =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"prompt\": ";
   if (::send(fd, part.data(), part.size(), 0) < 0) return -1;
   return fd;
 }
@@ -495,7 +544,8 @@ TEST_F(Serve, StalledClientsAndLongGenerationsHoldNobodyBack) {
   for (int fd : stalled) ASSERT_GE(fd, 0);
   for (int i = 0; i < 5; ++i) {
     const auto t0 = Clock::now();
-    const ts::Reply r = ts::post(port(), "/v1/completions", json{{"prompt", "bos k1"}, {"max_tokens", 1}, {"temperature", 0}});
+    const ts::Reply r = ts::post(port(), "/v1/completions",
+                                 json{{"prompt", "bos k1"}, {"max_tokens", 1}, {"temperature", 0}});
     EXPECT_EQ(r.status, 200);
     EXPECT_LT(since_ms(t0), 2000.0);
   }
@@ -505,7 +555,8 @@ TEST_F(Serve, StalledClientsAndLongGenerationsHoldNobodyBack) {
   std::atomic<double> long_done_ms{0};
   const auto t0 = Clock::now();
   std::thread slow([&] {
-    const ts::Reply r = ts::post(port(), "/v1/completions", json{{"prompt", "bos k2"}, {"max_tokens", 120}, {"temperature", 0}});
+    const ts::Reply r = ts::post(port(), "/v1/completions",
+                                 json{{"prompt", "bos k2"}, {"max_tokens", 120}, {"temperature", 0}});
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.body["usage"]["completion_tokens"], 120);
     long_done_ms = since_ms(t0);
@@ -513,12 +564,14 @@ TEST_F(Serve, StalledClientsAndLongGenerationsHoldNobodyBack) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   double short_done_ms = 0;
   for (int i = 0; i < 3; ++i) {
-    const ts::Reply r = ts::post(port(), "/v1/completions", json{{"prompt", "bos k3"}, {"max_tokens", 1}, {"temperature", 0}});
+    const ts::Reply r = ts::post(port(), "/v1/completions",
+                                 json{{"prompt", "bos k3"}, {"max_tokens", 1}, {"temperature", 0}});
     EXPECT_EQ(r.status, 200);
     short_done_ms = since_ms(t0);
   }
   slow.join();
-  std::printf("  short requests done at %.0f ms, the 120-token one at %.0f ms\n", short_done_ms, long_done_ms.load());
+  std::printf("  short requests done at %.0f ms, the 120-token one at %.0f ms\n", short_done_ms,
+              long_done_ms.load());
   EXPECT_LT(short_done_ms, long_done_ms.load());
 }
 
@@ -529,7 +582,8 @@ TEST(ServeStart, RefusesAMissingCheckpointAndABusyPort) {
     Server s(ts::local_options("/nonexistent/run"));
     FAIL() << "a missing checkpoint was served";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/run/checkpoint.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/run/checkpoint.safetensors"), std::string::npos)
+        << e.what();
   }
   const std::string dir = ts::tiny_checkpoint("busy");
   Server first(ts::local_options(dir));
@@ -539,7 +593,8 @@ TEST(ServeStart, RefusesAMissingCheckpointAndABusyPort) {
     Server second(o);
     FAIL() << "two servers on one port";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
+              std::string::npos)
         << e.what();
   }
   o.port = 0;
@@ -558,20 +613,22 @@ TEST(ServeShutdown, InProcessFinishesInFlightRequestsThenRefusesConnections) {
   const int port = server.port();
   ts::Reply in_flight;
   std::thread t([&] {
-    in_flight = ts::post(port, "/v1/completions", json{{"prompt", "bos k1"}, {"max_tokens", 100}, {"temperature", 0}});
+    in_flight = ts::post(port, "/v1/completions",
+                         json{{"prompt", "bos k1"}, {"max_tokens", 100}, {"temperature", 0}});
   });
   // wait until the request is being generated, then shut down under it
   const auto t0 = Clock::now();
-  while (server.stats().tokens_generated < 3 && since_ms(t0) < 20000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (server.stats().tokens_generated < 3 && since_ms(t0) < 20000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const int64_t generated_at_stop = server.stats().tokens_generated;
   ASSERT_GE(generated_at_stop, 3);
   server.shutdown();
   t.join();
   EXPECT_EQ(in_flight.status, 200) << in_flight.raw;
   EXPECT_EQ(in_flight.body["usage"]["completion_tokens"], 100);
-  EXPECT_LT(generated_at_stop, 100);  // it was in flight when shutdown began
+  EXPECT_LT(generated_at_stop, 100);              // it was in flight when shutdown began
   EXPECT_EQ(ts::get(port, "/health").status, 0);  // nobody listens any more
-  server.shutdown();  // idempotent
+  server.shutdown();                              // idempotent
   std::filesystem::remove_all(dir);
 }
 
@@ -619,7 +676,8 @@ TEST(ServeShutdown, SigtermFinishesInFlightRequestsAndExitsZero) {
   ts::Reply in_flight;
   double replied_ms = 0;
   std::thread t([&] {
-    in_flight = ts::post(port, "/v1/completions", json{{"prompt", "bos k4"}, {"max_tokens", 400}, {"temperature", 0}});
+    in_flight = ts::post(port, "/v1/completions",
+                         json{{"prompt", "bos k4"}, {"max_tokens", 400}, {"temperature", 0}});
     replied_ms = since_ms(t0);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

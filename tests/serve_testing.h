@@ -82,7 +82,9 @@ inline Reply finish(const httplib::Result& r) {
 inline Reply post(int port, const std::string& path, const std::string& body) {
   return finish(client(port)->Post(path.c_str(), body, "application/json"));
 }
-inline Reply post(int port, const std::string& path, const json& body) { return post(port, path, body.dump()); }
+inline Reply post(int port, const std::string& path, const json& body) {
+  return post(port, path, body.dump());
+}
 inline Reply get(int port, const std::string& path) { return finish(client(port)->Get(path.c_str())); }
 
 }  // namespace testing_serve

@@ -3,11 +3,11 @@
 #include "serve/api.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "serve/text_codec.h"
@@ -30,7 +30,8 @@ std::string error_type(int status) {
   return "invalid_request_error";
 }
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+[[noreturn]] void bad(const std::string& param, const std::string& message,
+                      const std::string& code = "invalid_value") {
   throw ApiError(400, message, param, code);
 }
 
@@ -39,11 +40,12 @@ json parse_object(const std::string& body) {
   try {
     j = json::parse(body);
   } catch (const json::parse_error& e) {
-    throw ApiError(400,
-                   fmt::format("We could not parse the JSON body of your request ({}). Send one JSON object, e.g. "
-                               "'{{\"prompt\": \"bos k1 n2 k1\", \"max_tokens\": 1}}'",
-                               e.what()),
-                   "", "invalid_json");
+    throw ApiError(
+        400,
+        fmt::format("We could not parse the JSON body of your request ({}). Send one JSON object, e.g. "
+                    "'{{\"prompt\": \"bos k1 n2 k1\", \"max_tokens\": 1}}'",
+                    e.what()),
+        "", "invalid_json");
   }
   if (!j.is_object())
     throw ApiError(400, fmt::format("The request body must be a JSON object, got {}", j.type_name()), "",
@@ -56,7 +58,9 @@ void check_known(const json& j, const std::set<std::string>& known) {
     if (!known.count(it.key())) {
       std::string list;
       for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      bad(it.key(), fmt::format("Unrecognized request argument supplied: {} (this endpoint accepts: {})", it.key(), list),
+      bad(it.key(),
+          fmt::format("Unrecognized request argument supplied: {} (this endpoint accepts: {})", it.key(),
+                      list),
           "unknown_parameter");
     }
 }
@@ -73,9 +77,10 @@ int64_t get_int(const json& j, const std::string& key, int64_t dflt, int64_t lo,
   const json& v = j.at(key);
   if (!v.is_number_integer())
     bad(key, fmt::format("'{}' must be an integer, got {}", key, show(v)), "invalid_type");
-  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())
-                        ? std::numeric_limits<int64_t>::max()
-                        : v.get<int64_t>();
+  const int64_t x =
+      v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())
+          ? std::numeric_limits<int64_t>::max()
+          : v.get<int64_t>();
   if (x < lo || x > hi) bad(key, fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, x));
   return x;
 }
@@ -107,8 +112,10 @@ std::string get_string(const json& j, const std::string& key, const std::string&
 void check_model(const json& j, const ApiModel& m) {
   const std::string name = get_string(j, "model", m.id);
   if (name != m.id)
-    throw ApiError(404, fmt::format("The model `{}` does not exist. This server serves `{}` (GET /v1/models)", name, m.id),
-                   "model", "model_not_found");
+    throw ApiError(
+        404,
+        fmt::format("The model `{}` does not exist. This server serves `{}` (GET /v1/models)", name, m.id),
+        "model", "model_not_found");
 }
 
 // Parameters that are accepted for compatibility only at their neutral value.
@@ -117,12 +124,14 @@ void check_neutral(const json& j) {
     if (present(j, k) && get_number(j, k, 0, -2, 2) != 0)
       bad(k, fmt::format("'{}' is not supported by this server; leave it out or send 0", k), "unsupported");
   if (get_bool(j, "stream", false))
-    bad("stream", "streaming is not supported by this server; send \"stream\": false or leave it out", "unsupported");
+    bad("stream", "streaming is not supported by this server; send \"stream\": false or leave it out",
+        "unsupported");
   if (present(j, "best_of") && get_int(j, "best_of", 1, 1, 1) != 1) bad("best_of", "best_of must be 1");
   if (present(j, "logit_bias")) {
     const json& v = j.at("logit_bias");
     if (!v.is_object()) bad("logit_bias", "'logit_bias' must be an object", "invalid_type");
-    if (!v.empty()) bad("logit_bias", "'logit_bias' is not supported by this server; leave it out", "unsupported");
+    if (!v.empty())
+      bad("logit_bias", "'logit_bias' is not supported by this server; leave it out", "unsupported");
   }
   if (present(j, "suffix") && !get_string(j, "suffix", "").empty())
     bad("suffix", "'suffix' is not supported by this server; leave it out", "unsupported");
@@ -141,11 +150,14 @@ std::vector<int> check_ids(const json& arr, const ApiModel& m, const std::string
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& v = arr[i];
     if (!v.is_number_integer())
-      bad(param, fmt::format("'{}' token {} must be an integer id, got {}", param, i, show(v)), "invalid_type");
-    const int64_t id = v.is_number_unsigned() ? int64_t(std::min<uint64_t>(v.get<uint64_t>(), 1u << 30)) : v.get<int64_t>();
+      bad(param, fmt::format("'{}' token {} must be an integer id, got {}", param, i, show(v)),
+          "invalid_type");
+    const int64_t id =
+        v.is_number_unsigned() ? int64_t(std::min<uint64_t>(v.get<uint64_t>(), 1u << 30)) : v.get<int64_t>();
     if (id < 0 || id >= m.vocab.size())
-      bad(param, fmt::format("'{}' token {} is id {}, outside this model's vocabulary 0..{}", param, i, id,
-                             m.vocab.size() - 1),
+      bad(param,
+          fmt::format("'{}' token {} is id {}, outside this model's vocabulary 0..{}", param, i, id,
+                      m.vocab.size() - 1),
           "invalid_token");
     ids.push_back(int(id));
   }
@@ -154,7 +166,8 @@ std::vector<int> check_ids(const json& arr, const ApiModel& m, const std::string
 
 // prompt: "text" | ["text", ...] | [ids] | [[ids], ...]
 std::vector<std::vector<int>> parse_prompts(const json& j, const ApiModel& m) {
-  if (!present(j, "prompt")) bad("prompt", "'prompt' is required: token-name text or token ids", "missing_parameter");
+  if (!present(j, "prompt"))
+    bad("prompt", "'prompt' is required: token-name text or token ids", "missing_parameter");
   const json& p = j.at("prompt");
   std::vector<std::vector<int>> out;
   if (p.is_string()) {
@@ -168,7 +181,8 @@ std::vector<std::vector<int>> parse_prompts(const json& j, const ApiModel& m) {
     } else if (std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_array(); })) {
       for (const json& x : p) out.push_back(check_ids(x, m, "prompt"));
     } else {
-      bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+      bad("prompt",
+          "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids",
           "invalid_type");
     }
   } else {
@@ -176,8 +190,9 @@ std::vector<std::vector<int>> parse_prompts(const json& j, const ApiModel& m) {
   }
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i].empty())
-      bad("prompt",
-          fmt::format("prompt {} has no tokens; give at least one (the server adds no BOS: start with \"bos\" or id 0)", i));
+      bad("prompt", fmt::format("prompt {} has no tokens; give at least one (the server adds no BOS: start "
+                                "with \"bos\" or id 0)",
+                                i));
   return out;
 }
 
@@ -189,7 +204,8 @@ std::vector<std::string> parse_stop(const json& j) {
     stops.push_back(s.get<std::string>());
   } else if (s.is_array()) {
     for (const json& x : s) {
-      if (!x.is_string()) bad("stop", fmt::format("'stop' entries must be strings, got {}", show(x)), "invalid_type");
+      if (!x.is_string())
+        bad("stop", fmt::format("'stop' entries must be strings, got {}", show(x)), "invalid_type");
       stops.push_back(x.get<std::string>());
     }
   } else {
@@ -209,15 +225,16 @@ std::vector<int> parse_stop_ids(const json& j, const ApiModel& m) {
 }
 
 // The fields completions and chat share, into specs (prompts x n) with the context-length check.
-void fill_specs(const json& j, const ApiModel& m, uint64_t seed_default, int max_tokens, int logprobs, bool prompt_lp,
-                CompletionJob* job) {
+void fill_specs(const json& j, const ApiModel& m, uint64_t seed_default, int max_tokens, int logprobs,
+                bool prompt_lp, CompletionJob* job) {
   const double temperature = get_number(j, "temperature", 1.0, 0, 100);
   const double top_p = get_number(j, "top_p", 1.0, 0, 1);
   if (top_p <= 0) bad("top_p", "'top_p' must be greater than 0");
   job->n = int(get_int(j, "n", 1, 1, kMaxChoices));
-  const uint64_t seed = present(j, "seed") ? uint64_t(get_int(j, "seed", 0, std::numeric_limits<int64_t>::min(),
-                                                                 std::numeric_limits<int64_t>::max()))
-                                           : seed_default;
+  const uint64_t seed = present(j, "seed")
+                            ? uint64_t(get_int(j, "seed", 0, std::numeric_limits<int64_t>::min(),
+                                               std::numeric_limits<int64_t>::max()))
+                            : seed_default;
   const std::vector<std::string> stop = parse_stop(j);
   const std::vector<int> stop_ids = parse_stop_ids(j, m);
   if (int64_t(job->prompts.size()) * job->n > kMaxSequences)
@@ -226,12 +243,14 @@ void fill_specs(const json& j, const ApiModel& m, uint64_t seed_default, int max
   for (size_t i = 0; i < job->prompts.size(); ++i) {
     const int64_t P = int64_t(job->prompts[i].size());
     if (P + max_tokens > m.max_model_len)
-      throw ApiError(400,
-                     fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
-                                 "({} in the {}, {} for the completion). Please reduce the length of the {} or completion.",
-                                 m.max_model_len, P + max_tokens, P, job->chat ? "messages" : "prompt", max_tokens,
-                                 job->chat ? "messages" : "prompt"),
-                     job->chat ? "messages" : "prompt", "context_length_exceeded");
+      throw ApiError(
+          400,
+          fmt::format(
+              "This model's maximum context length is {} tokens. However, you requested {} tokens "
+              "({} in the {}, {} for the completion). Please reduce the length of the {} or completion.",
+              m.max_model_len, P + max_tokens, P, job->chat ? "messages" : "prompt", max_tokens,
+              job->chat ? "messages" : "prompt"),
+          job->chat ? "messages" : "prompt", "context_length_exceeded");
   }
   for (const std::vector<int>& p : job->prompts)
     for (int c = 0; c < job->n; ++c) {
@@ -259,14 +278,17 @@ std::vector<int> chat_template(const json& messages, const ApiModel& m, const st
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& msg = messages[i];
     const std::string where = fmt::format("{}[{}]", param, i);
-    if (!msg.is_object()) bad(where, fmt::format("{} must be an object with role and content", where), "invalid_type");
+    if (!msg.is_object())
+      bad(where, fmt::format("{} must be an object with role and content", where), "invalid_type");
     for (auto it = msg.begin(); it != msg.end(); ++it)
       if (it.key() != "role" && it.key() != "content" && it.key() != "name")
-        bad(where + "." + it.key(), fmt::format("Unrecognized field {}.{} (a message has role, content, name)", where, it.key()),
+        bad(where + "." + it.key(),
+            fmt::format("Unrecognized field {}.{} (a message has role, content, name)", where, it.key()),
             "unknown_parameter");
     const std::string role = get_string(msg, "role", "");
     if (role != "system" && role != "developer" && role != "user" && role != "assistant")
-      bad(where + ".role", fmt::format("{}.role must be system, developer, user or assistant, got '{}'", where, role));
+      bad(where + ".role",
+          fmt::format("{}.role must be system, developer, user or assistant, got '{}'", where, role));
     if (!present(msg, "content")) continue;
     const json& c = msg.at("content");
     std::string text;
@@ -274,12 +296,15 @@ std::vector<int> chat_template(const json& messages, const ApiModel& m, const st
       text = c.get<std::string>();
     } else if (c.is_array()) {  // [{"type": "text", "text": "..."}]
       for (const json& part : c) {
-        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
-          bad(where + ".content", "content parts must be {\"type\": \"text\", \"text\": \"...\"}", "invalid_type");
+        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          bad(where + ".content", "content parts must be {\"type\": \"text\", \"text\": \"...\"}",
+              "invalid_type");
         text += " " + part["text"].get<std::string>();
       }
     } else {
-      bad(where + ".content", fmt::format("{}.content must be a string, got {}", where, show(c)), "invalid_type");
+      bad(where + ".content", fmt::format("{}.content must be a string, got {}", where, show(c)),
+          "invalid_type");
     }
     const std::vector<int> t = encode_text(text, m, where + ".content");
     ids.insert(ids.end(), t.begin(), t.end());
@@ -293,7 +318,8 @@ std::string token_string(const ApiModel& m, bool as_ids, int id, bool first) {
 
 ojson logprob_value(double x) { return std::isnan(x) ? ojson(nullptr) : ojson(x); }
 
-// {token string: logprob} of the best k, plus the chosen token when it is not among them (OpenAI: up to k + 1).
+// {token string: logprob} of the best k, plus the chosen token when it is not among them (OpenAI: up to k +
+// 1).
 ojson top_object(const ApiModel& m, const TokenLogprob& e, int k, bool as_ids, bool first) {
   ojson o = ojson::object();
   bool has_chosen = false;
@@ -330,10 +356,13 @@ ojson completion_choice(const CompletionJob& job, size_t i, const GenOutput& out
     if (job.echo)
       for (size_t t = 0; t < out.prompt_logprobs.size(); ++t) add(out.prompt_logprobs[t], t == 0, t == 0);
     for (const TokenLogprob& e : out.logprobs) add(e, false, false);
-    lp = ojson{{"tokens", tokens}, {"token_logprobs", token_lp}, {"top_logprobs", top}, {"text_offset", offset}};
+    lp = ojson{
+        {"tokens", tokens}, {"token_logprobs", token_lp}, {"top_logprobs", top}, {"text_offset", offset}};
   }
-  return ojson{{"index", i},         {"text", text},
-               {"logprobs", lp},     {"finish_reason", out.finish_reason},
+  return ojson{{"index", i},
+               {"text", text},
+               {"logprobs", lp},
+               {"finish_reason", out.finish_reason},
                {"token_ids", out.tokens}};
 }
 
@@ -354,7 +383,8 @@ ojson chat_choice(const CompletionJob& job, size_t i, const GenOutput& out, cons
       };
       ojson item = entry(e.token, e.logprob);
       ojson alts = ojson::array();
-      for (int j = 0; j < job.logprobs && j < int(e.top.size()); ++j) alts.push_back(entry(e.top[size_t(j)].first, e.top[size_t(j)].second));
+      for (int j = 0; j < job.logprobs && j < int(e.top.size()); ++j)
+        alts.push_back(entry(e.top[size_t(j)].first, e.top[size_t(j)].second));
       item["top_logprobs"] = alts;
       items.push_back(item);
     }
@@ -369,7 +399,8 @@ ojson chat_choice(const CompletionJob& job, size_t i, const GenOutput& out, cons
 
 }  // namespace
 
-ApiError::ApiError(int status_, const std::string& message, const std::string& param_, const std::string& code_)
+ApiError::ApiError(int status_, const std::string& message, const std::string& param_,
+                   const std::string& code_)
     : std::runtime_error(message), status(status_), type(error_type(status_)), param(param_), code(code_) {}
 
 std::string error_body(const ApiError& e) {
@@ -382,9 +413,9 @@ std::string error_body(const ApiError& e) {
 
 CompletionJob completion_parse(const std::string& body, const ApiModel& m, uint64_t seed) {
   const json j = parse_object(body);
-  check_known(j, {"model", "prompt", "max_tokens", "temperature", "top_p", "n", "seed", "stop", "stop_token_ids",
-                  "logprobs", "echo", "stream", "user", "presence_penalty", "frequency_penalty", "best_of",
-                  "logit_bias", "suffix", "return_tokens_as_token_ids"});
+  check_known(j, {"model", "prompt", "max_tokens", "temperature", "top_p", "n", "seed", "stop",
+                  "stop_token_ids", "logprobs", "echo", "stream", "user", "presence_penalty",
+                  "frequency_penalty", "best_of", "logit_bias", "suffix", "return_tokens_as_token_ids"});
   check_model(j, m);
   check_neutral(j);
   CompletionJob job;
@@ -400,9 +431,9 @@ CompletionJob completion_parse(const std::string& body, const ApiModel& m, uint6
 
 CompletionJob chat_parse(const std::string& body, const ApiModel& m, uint64_t seed) {
   const json j = parse_object(body);
-  check_known(j, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "seed",
-                  "stop", "stop_token_ids", "logprobs", "top_logprobs", "stream", "user", "presence_penalty",
-                  "frequency_penalty", "logit_bias", "return_tokens_as_token_ids"});
+  check_known(j, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
+                  "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "stream", "user",
+                  "presence_penalty", "frequency_penalty", "logit_bias", "return_tokens_as_token_ids"});
   check_model(j, m);
   check_neutral(j);
   CompletionJob job;
@@ -414,8 +445,9 @@ CompletionJob chat_parse(const std::string& body, const ApiModel& m, uint64_t se
   if (present(j, "top_logprobs") && !logprobs) bad("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
   job.logprobs = logprobs ? top : -1;
   job.tokens_as_ids = get_bool(j, "return_tokens_as_token_ids", false);
-  const int64_t mt = present(j, "max_completion_tokens") ? get_int(j, "max_completion_tokens", 16, 0, m.max_model_len)
-                                                          : get_int(j, "max_tokens", 16, 0, m.max_model_len);
+  const int64_t mt = present(j, "max_completion_tokens")
+                         ? get_int(j, "max_completion_tokens", 16, 0, m.max_model_len)
+                         : get_int(j, "max_tokens", 16, 0, m.max_model_len);
   fill_specs(j, m, seed, int(mt), job.logprobs, false, &job);
   return job;
 }
@@ -429,19 +461,16 @@ std::string completion_reply(const CompletionJob& job, const std::vector<GenOutp
     choices.push_back(job.chat ? chat_choice(job, i, outs[i], m) : completion_choice(job, i, outs[i], m));
     completion_tokens += int64_t(outs[i].tokens.size());
   }
-  ojson r{{"id", id},
-          {"object", job.chat ? "chat.completion" : "text_completion"},
-          {"created", created},
-          {"model", m.id},
-          {"choices", choices},
-          {"usage", usage_object(prompt_tokens, completion_tokens)}};
+  ojson r{{"id", id},           {"object", job.chat ? "chat.completion" : "text_completion"},
+          {"created", created}, {"model", m.id},
+          {"choices", choices}, {"usage", usage_object(prompt_tokens, completion_tokens)}};
   return r.dump();
 }
 
 std::string tokenize_reply(const std::string& body, const ApiModel& m) {
   const json j = parse_object(body);
-  check_known(j, {"model", "content", "prompt", "messages", "add_special", "add_special_tokens", "with_pieces",
-                  "return_token_strs", "add_generation_prompt"});
+  check_known(j, {"model", "content", "prompt", "messages", "add_special", "add_special_tokens",
+                  "with_pieces", "return_token_strs", "add_generation_prompt"});
   check_model(j, m);
   const int shapes = int(present(j, "content")) + int(present(j, "prompt")) + int(present(j, "messages"));
   if (shapes != 1)
@@ -462,7 +491,8 @@ std::string tokenize_reply(const std::string& body, const ApiModel& m) {
     ojson tokens = ojson::array();
     const bool pieces = get_bool(j, "with_pieces", false);
     for (size_t i = 0; i < ids.size(); ++i)
-      tokens.push_back(pieces ? ojson{{"id", ids[i]}, {"piece", text_piece(m.vocab, ids[i], i == 0)}} : ojson(ids[i]));
+      tokens.push_back(pieces ? ojson{{"id", ids[i]}, {"piece", text_piece(m.vocab, ids[i], i == 0)}}
+                              : ojson(ids[i]));
     return ojson{{"tokens", tokens}}.dump();
   }
   ojson strs = nullptr;  // vLLM: {"count", "max_model_len", "tokens", "token_strs"}
@@ -470,7 +500,9 @@ std::string tokenize_reply(const std::string& body, const ApiModel& m) {
     strs = ojson::array();
     for (size_t i = 0; i < ids.size(); ++i) strs.push_back(text_piece(m.vocab, ids[i], i == 0));
   }
-  return ojson{{"count", ids.size()}, {"max_model_len", m.max_model_len}, {"tokens", ids}, {"token_strs", strs}}.dump();
+  return ojson{
+      {"count", ids.size()}, {"max_model_len", m.max_model_len}, {"tokens", ids}, {"token_strs", strs}}
+      .dump();
 }
 
 std::string detokenize_reply(const std::string& body, const ApiModel& m) {
@@ -484,8 +516,9 @@ std::string detokenize_reply(const std::string& body, const ApiModel& m) {
 }
 
 std::string models_reply(const ApiModel& m) {
-  ojson card{{"id", m.id},         {"object", "model"},     {"created", m.created},
-             {"owned_by", "phasescope"}, {"root", m.root}, {"max_model_len", m.max_model_len}};
+  ojson card{{"id", m.id},           {"object", "model"},
+             {"created", m.created}, {"owned_by", "phasescope"},
+             {"root", m.root},       {"max_model_len", m.max_model_len}};
   return ojson{{"object", "list"}, {"data", ojson::array({card})}}.dump();
 }
 

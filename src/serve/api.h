@@ -5,10 +5,12 @@
 //                              choices[].logprobs {tokens, token_logprobs, top_logprobs, text_offset}, plus
 //                              choices[].token_ids (the generated ids) and usage.
 //   POST /v1/chat/completions  template: BOS, then every message's content tokens in order (roles carry no
-//                              tokens: the in-process vocabulary has none); the reply is the generated tokens.
+//                              tokens: the in-process vocabulary has none); the reply is the generated
+//                              tokens.
 //   POST /tokenize             {"content"} (llama-server) -> {tokens}; {"prompt"|"messages"} (vLLM) ->
 //                              {count, max_model_len, tokens, token_strs}
-//   POST /detokenize           {"tokens"} -> {"prompt" (vLLM), "content" (llama-server)}: both keys, same text
+//   POST /detokenize           {"tokens"} -> {"prompt" (vLLM), "content" (llama-server)}: both keys, same
+//   text
 // Text is the token-name text of serve/text_codec.h. The server adds no BOS to any prompt (the chat template
 // and add_special[_tokens]: true on /tokenize are the only places a BOS is added).
 // Not here: sockets and threads (server.h), the model (engine.h).
@@ -28,12 +30,13 @@ namespace phasescope {
 struct ApiError : std::runtime_error {
   int status;
   std::string type, param, code;
-  ApiError(int status_, const std::string& message, const std::string& param_ = "", const std::string& code_ = "");
+  ApiError(int status_, const std::string& message, const std::string& param_ = "",
+           const std::string& code_ = "");
 };
 
 // What the server serves, as requests see it.
 struct ApiModel {
-  std::string id;           // the model name requests must use (when they name one) and replies carry
+  std::string id;  // the model name requests must use (when they name one) and replies carry
   Vocab vocab;
   int max_model_len = 256;  // prompt + max_tokens must fit (refused, never truncated)
   int max_logprobs = 20;    // the most alternatives per position

@@ -31,11 +31,11 @@ struct Group;
 // One sequence being continued: its tokens so far (prompt + generated) and what it has produced.
 struct Sequence {
   GenSpec spec;
-  std::vector<int> tokens;       // (P + generated)
-  std::string full_text;         // the pieces of every generated token (before any stop cut)
+  std::vector<int> tokens;  // (P + generated)
+  std::string full_text;    // the pieces of every generated token (before any stop cut)
   GenOutput out;
   std::mt19937_64 rng;
-  bool prompt_pending = false;   // prompt log-probs still to compute (first forward pass)
+  bool prompt_pending = false;  // prompt log-probs still to compute (first forward pass)
   bool done = false;
 };
 
@@ -64,7 +64,9 @@ int sample_token(const float* logp, int64_t V, double temperature, double top_p,
   size_t keep = p.size();
   if (top_p < 1) {
     // most likely first; ties by id so the order (and the draw) is reproducible
-    std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
     double cum = 0;
     for (keep = 0; keep < p.size();) {
       cum += p[keep++].first;
@@ -88,14 +90,14 @@ struct Engine::Impl {
   EngineOptions opt;
   std::string description;
 
-  std::mutex mu;                                  // guards everything below it
+  std::mutex mu;  // guards everything below it
   std::condition_variable cv;
-  std::deque<std::shared_ptr<Group>> queue;       // submitted, not yet admitted
+  std::deque<std::shared_ptr<Group>> queue;  // submitted, not yet admitted
   int64_t queued_sequences = 0;
   bool stopping = false;
   EngineStats stats;
 
-  std::vector<std::shared_ptr<Group>> active;     // the worker's own (no lock needed)
+  std::vector<std::shared_ptr<Group>> active;  // the worker's own (no lock needed)
   std::thread worker;
 
   void run();
@@ -107,7 +109,8 @@ struct Engine::Impl {
 
 Engine::Engine(const std::string& checkpoint, const EngineOptions& opt) : impl_(new Impl) {
   Impl& m = *impl_;
-  if (opt.max_batch < 1) fail("serve", fmt::format("--max-batch {} is not positive", opt.max_batch), "use 1 or more");
+  if (opt.max_batch < 1)
+    fail("serve", fmt::format("--max-batch {} is not positive", opt.max_batch), "use 1 or more");
   if (opt.batch_window_ms < 0)
     fail("serve", fmt::format("--batch-window-ms {} is negative", opt.batch_window_ms), "use 0 or more");
   m.opt = opt;
@@ -115,11 +118,12 @@ Engine::Engine(const std::string& checkpoint, const EngineOptions& opt) : impl_(
   m.vocab = task_vocab(m.model.preset.task);
   if (m.vocab.size() != m.model.model->config().vocab_size)
     fail(checkpoint_path(checkpoint),
-         fmt::format("the model's vocabulary ({}) differs from its task's ({})", m.model.model->config().vocab_size,
-                     m.vocab.size()),
+         fmt::format("the model's vocabulary ({}) differs from its task's ({})",
+                     m.model.model->config().vocab_size, m.vocab.size()),
          "the checkpoint does not match its own config; retrain");
   m.model.model->eval();
-  m.description = fmt::format("{}, step {}: {}", m.model.preset.name, m.model.step, model_describe(*m.model.model));
+  m.description =
+      fmt::format("{}, step {}: {}", m.model.preset.name, m.model.step, model_describe(*m.model.model));
   m.worker = std::thread([this] { impl_->run(); });
 }
 
@@ -182,8 +186,8 @@ void Engine::Impl::run() {
       if (active.empty()) {
         cv.wait(lk, [&] { return !queue.empty() || stopping; });
         if (queue.empty()) return;  // stopping, and nothing left anywhere
-        const auto deadline = std::chrono::steady_clock::now() +
-                              std::chrono::microseconds(int64_t(opt.batch_window_ms * 1000));
+        const auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::microseconds(int64_t(opt.batch_window_ms * 1000));
         cv.wait_until(lk, deadline, [&] { return queued_sequences >= opt.max_batch || stopping; });
       }
       fresh.assign(queue.begin(), queue.end());
@@ -233,8 +237,9 @@ void Engine::Impl::step() {
     std::vector<std::pair<Group*, Sequence*>> chunk(todo.begin() + long(start),
                                                     todo.begin() + long(std::min(todo.size(), start + B)));
     // a group that failed in an earlier chunk of this step is not run again
-    chunk.erase(std::remove_if(chunk.begin(), chunk.end(), [](const auto& c) { return bool(c.first->error); }),
-                chunk.end());
+    chunk.erase(
+        std::remove_if(chunk.begin(), chunk.end(), [](const auto& c) { return bool(c.first->error); }),
+        chunk.end());
     if (chunk.empty()) continue;
     try {
       forward_chunk(chunk);
@@ -259,9 +264,10 @@ void Engine::Impl::forward_chunk(const std::vector<std::pair<Group*, Sequence*>>
 
   // the shared forward pass: [B, V] next-token log-probs (and [B, T, d] states for prompt log-probs)
   torch::Tensor hidden;
-  torch::Tensor logp = model_last_logprobs(*model.model, prompts, need_hidden ? &hidden : nullptr).contiguous();
+  torch::Tensor logp =
+      model_last_logprobs(*model.model, prompts, need_hidden ? &hidden : nullptr).contiguous();
   auto top = logp.topk(K, -1);
-  torch::Tensor top_ids = std::get<1>(top).contiguous();                                 // [B, K]
+  torch::Tensor top_ids = std::get<1>(top).contiguous();  // [B, K]
   {
     std::lock_guard<std::mutex> lk(mu);
     stats.forwards += 1;
@@ -278,7 +284,8 @@ void Engine::Impl::forward_chunk(const std::vector<std::pair<Group*, Sequence*>>
       s.out.prompt_logprobs.resize(size_t(P));
       s.out.prompt_logprobs[0].token = s.spec.prompt[0];
       if (P > 1) {
-        auto lp = torch::log_softmax(model.model->unembed(hidden[i].slice(0, 0, P - 1)), -1).contiguous();  // [P-1, V]
+        auto lp = torch::log_softmax(model.model->unembed(hidden[i].slice(0, 0, P - 1)), -1)
+                      .contiguous();  // [P-1, V]
         const int k = std::max(0, std::min<int>(s.spec.logprobs, int(V)));
         torch::Tensor pv, pi;
         if (k > 0) {
@@ -292,7 +299,8 @@ void Engine::Impl::forward_chunk(const std::vector<std::pair<Group*, Sequence*>>
           e.token = s.spec.prompt[size_t(t)];
           e.logprob = lpd[(t - 1) * V + e.token];
           for (int j = 0; j < k; ++j)
-            e.top.push_back({int(pi.data_ptr<int64_t>()[(t - 1) * k + j]), pv.data_ptr<float>()[(t - 1) * k + j]});
+            e.top.push_back(
+                {int(pi.data_ptr<int64_t>()[(t - 1) * k + j]), pv.data_ptr<float>()[(t - 1) * k + j]});
         }
       }
       if (s.spec.max_tokens <= 0) {
@@ -324,7 +332,8 @@ void Engine::Impl::advance(Sequence& s, const float* logp, const int64_t* top_id
 
   // stops: a stop token ends the text before its piece; a stop string cuts the text where it begins
   const size_t before = s.full_text.size();
-  if (std::find(s.spec.stop_token_ids.begin(), s.spec.stop_token_ids.end(), tok) != s.spec.stop_token_ids.end()) {
+  if (std::find(s.spec.stop_token_ids.begin(), s.spec.stop_token_ids.end(), tok) !=
+      s.spec.stop_token_ids.end()) {
     s.out.text = s.full_text;
     s.out.finish_reason = "stop";
     s.done = true;
@@ -334,7 +343,8 @@ void Engine::Impl::advance(Sequence& s, const float* logp, const int64_t* top_id
   size_t cut = std::string::npos;
   for (const std::string& stop : s.spec.stop) {
     if (stop.empty()) continue;
-    const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;  // a match must end in the new piece
+    const size_t from =
+        before >= stop.size() ? before - stop.size() + 1 : 0;  // a match must end in the new piece
     const size_t at = s.full_text.find(stop, from);
     if (at != std::string::npos) cut = std::min(cut, at);
   }

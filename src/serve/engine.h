@@ -31,39 +31,39 @@ struct EngineOptions {
 
 // One sequence to continue.
 struct GenSpec {
-  std::vector<int> prompt;             // (T >= 1) token ids; nothing is prepended
-  int max_tokens = 16;                 // tokens to generate; 0 = none (prompt log-probs only)
-  double temperature = 0;              // 0 = greedy (arg-max); > 0 = sample from softmax(logp / temperature)
-  double top_p = 1;                    // nucleus: sample among the most likely tokens holding top_p of the mass
-  uint64_t seed = 0;                   // sampling seed of this sequence
-  int logprobs = -1;                   // -1 = none; k >= 0: the chosen token's log-prob and the k best per step
-  bool prompt_logprobs = false;        // also log p(prompt[t] | prompt[<t]) for t >= 1, with `logprobs` best
-  std::vector<std::string> stop;       // stop when the completion text contains one (text_codec form)
-  std::vector<int> stop_token_ids;     // stop after generating one of these
+  std::vector<int> prompt;          // (T >= 1) token ids; nothing is prepended
+  int max_tokens = 16;              // tokens to generate; 0 = none (prompt log-probs only)
+  double temperature = 0;           // 0 = greedy (arg-max); > 0 = sample from softmax(logp / temperature)
+  double top_p = 1;                 // nucleus: sample among the most likely tokens holding top_p of the mass
+  uint64_t seed = 0;                // sampling seed of this sequence
+  int logprobs = -1;                // -1 = none; k >= 0: the chosen token's log-prob and the k best per step
+  bool prompt_logprobs = false;     // also log p(prompt[t] | prompt[<t]) for t >= 1, with `logprobs` best
+  std::vector<std::string> stop;    // stop when the completion text contains one (text_codec form)
+  std::vector<int> stop_token_ids;  // stop after generating one of these
 };
 
 // The log-prob of one token at one position, and the best alternatives there (best first).
 struct TokenLogprob {
   int token = -1;
-  double logprob = std::nan("");        // natural log, fp32 computed; NaN for a prompt's first token
+  double logprob = std::nan("");  // natural log, fp32 computed; NaN for a prompt's first token
   std::vector<std::pair<int, double>> top;
 };
 
 struct GenOutput {
-  std::vector<int> tokens;                     // generated ids (all of them, the stopping one included)
-  std::string text;                            // completion text, cut before a matched stop string or stop token
-  std::vector<TokenLogprob> logprobs;          // per generated token (logprobs >= 0)
-  std::vector<TokenLogprob> prompt_logprobs;   // per prompt token (prompt_logprobs); [0] has no log-prob
-  std::string finish_reason;                   // "length" | "stop"
+  std::vector<int> tokens;             // generated ids (all of them, the stopping one included)
+  std::string text;                    // completion text, cut before a matched stop string or stop token
+  std::vector<TokenLogprob> logprobs;  // per generated token (logprobs >= 0)
+  std::vector<TokenLogprob> prompt_logprobs;  // per prompt token (prompt_logprobs); [0] has no log-prob
+  std::string finish_reason;                  // "length" | "stop"
 };
 
 // Counters for tests and logs.
 struct EngineStats {
-  int64_t requests = 0;         // submitted groups
-  int64_t sequences = 0;        // submitted sequences
-  int64_t forwards = 0;         // forward passes run
-  int64_t forward_rows = 0;     // sequences summed over forward passes
-  int max_rows = 0;             // the largest batch of one forward pass
+  int64_t requests = 0;      // submitted groups
+  int64_t sequences = 0;     // submitted sequences
+  int64_t forwards = 0;      // forward passes run
+  int64_t forward_rows = 0;  // sequences summed over forward passes
+  int max_rows = 0;          // the largest batch of one forward pass
   int64_t tokens_generated = 0;
 };
 
@@ -82,11 +82,11 @@ class Engine {
   // Finish everything queued and active, then end the worker. Idempotent; later submits throw.
   void stop();
 
-  const Preset& preset() const;   // the checkpoint's embedded preset
-  const Vocab& vocab() const;     // task_vocab(preset().task)
+  const Preset& preset() const;  // the checkpoint's embedded preset
+  const Vocab& vocab() const;    // task_vocab(preset().task)
   int vocab_size() const;
-  int64_t step() const;           // training step of the checkpoint
-  std::string describe() const;   // "w8s8-1kv, step 1500: 2 layers [...], d=128, 0.3M params"
+  int64_t step() const;          // training step of the checkpoint
+  std::string describe() const;  // "w8s8-1kv, step 1500: 2 layers [...], d=128, 0.3M params"
   EngineStats stats() const;
   const EngineOptions& options() const;
 

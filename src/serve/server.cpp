@@ -64,7 +64,8 @@ struct Server::Impl {
     } catch (const ApiError& e) {
       send_error(res, e);
     } catch (const std::exception& e) {
-      send_error(res, ApiError(stopping ? 503 : 500, e.what(), "", stopping ? "shutting_down" : "internal_error"));
+      send_error(res,
+                 ApiError(stopping ? 503 : 500, e.what(), "", stopping ? "shutting_down" : "internal_error"));
     }
     if (opt.log) {
       std::lock_guard<std::mutex> lk(log_mu);
@@ -78,7 +79,8 @@ struct Server::Impl {
   // completions and chat: check, queue on the engine, wait, render
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     respond(req, res, [&] {
-      const CompletionJob job = chat ? chat_parse(req.body, model, fresh_seed()) : completion_parse(req.body, model, fresh_seed());
+      const CompletionJob job =
+          chat ? chat_parse(req.body, model, fresh_seed()) : completion_parse(req.body, model, fresh_seed());
       std::vector<GenOutput> outs = engine->submit(job.specs).get();
       const std::string id = fmt::format("{}-{:x}", chat ? "chatcmpl" : "cmpl", next_id++);
       res.set_content(completion_reply(job, outs, model, id, int64_t(std::time(nullptr))), kJson);
@@ -86,8 +88,10 @@ struct Server::Impl {
   }
 
   void routes() {
-    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
+    http.Post("/v1/completions",
+              [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
     http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) {
       respond(q, r, [&] { r.set_content(models_reply(model), kJson); });
     });
@@ -106,22 +110,25 @@ struct Server::Impl {
     // the right path with the wrong method: 405 naming the method to use
     for (const char* p : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
       http.Get(p, [p](const httplib::Request&, httplib::Response& r) {
-        send_error(r, ApiError(405, fmt::format("{} takes POST with a JSON body", p), "", "method_not_allowed"));
+        send_error(r,
+                   ApiError(405, fmt::format("{} takes POST with a JSON body", p), "", "method_not_allowed"));
       });
     for (const char* p : {"/v1/models", "/health"})
       http.Post(p, [p](const httplib::Request&, httplib::Response& r) {
         send_error(r, ApiError(405, fmt::format("{} takes GET", p), "", "method_not_allowed"));
       });
     // unknown paths (and any other error status without a body): an error object too
-    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& q, httplib::Response& r) {
-      if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      send_error(r, ApiError(r.status, fmt::format("{} {} is not an endpoint of this server (POST /v1/completions, "
-                                                   "POST /v1/chat/completions, GET /v1/models, POST /tokenize, "
-                                                   "POST /detokenize, GET /health)",
-                                                   q.method, q.path),
-                             "", r.status == 404 ? "not_found" : ""));
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request& q, httplib::Response& r) {
+          if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          send_error(r, ApiError(r.status,
+                                 fmt::format("{} {} is not an endpoint of this server (POST /v1/completions, "
+                                             "POST /v1/chat/completions, GET /v1/models, POST /tokenize, "
+                                             "POST /detokenize, GET /health)",
+                                             q.method, q.path),
+                                 "", r.status == 404 ? "not_found" : ""));
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     http.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr) {
       send_error(r, ApiError(500, "internal error while handling the request", "", "internal_error"));
     });
@@ -131,8 +138,10 @@ struct Server::Impl {
 Server::Server(const ServeOptions& opt) : impl_(new Impl) {
   Impl& m = *impl_;
   m.opt = opt;
-  if (opt.http_threads < 1) fail("serve", fmt::format("--http-threads {} is not positive", opt.http_threads), "use 1 or more");
-  if (opt.timeout_s < 1) fail("serve", fmt::format("--timeout-s {} is not positive", opt.timeout_s), "use 1 or more");
+  if (opt.http_threads < 1)
+    fail("serve", fmt::format("--http-threads {} is not positive", opt.http_threads), "use 1 or more");
+  if (opt.timeout_s < 1)
+    fail("serve", fmt::format("--timeout-s {} is not positive", opt.timeout_s), "use 1 or more");
   // a client that hangs up mid-reply must not kill the server (httplib writes without MSG_NOSIGNAL)
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -195,9 +204,10 @@ EngineStats Server::stats() const { return impl_->engine->stats(); }
 
 std::string Server::describe() const {
   const Impl& m = *impl_;
-  return fmt::format("model '{}' ({}); max_model_len {}, batches of up to {} gathered within {} ms, {} HTTP threads",
-                     m.model.id, m.engine->describe(), m.model.max_model_len, m.opt.max_batch, m.opt.batch_window_ms,
-                     m.opt.http_threads);
+  return fmt::format(
+      "model '{}' ({}); max_model_len {}, batches of up to {} gathered within {} ms, {} HTTP threads",
+      m.model.id, m.engine->describe(), m.model.max_model_len, m.opt.max_batch, m.opt.batch_window_ms,
+      m.opt.http_threads);
 }
 
 void Server::shutdown() {
@@ -232,7 +242,8 @@ extern "C" void on_stop_signal(int sig) {
 int serve_until_signal(const ServeOptions& opt, std::ostream& out) {
   // signals only write a byte to a pipe (async-signal-safe); this thread waits for it
   if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0)
-    fail("serve", std::string("cannot create the signal pipe: ") + std::strerror(errno), "check the process's file limit");
+    fail("serve", std::string("cannot create the signal pipe: ") + std::strerror(errno),
+         "check the process's file limit");
   g_signals = 0;
   struct sigaction sa = {}, old_term = {}, old_int = {};
   sa.sa_handler = on_stop_signal;
@@ -259,9 +270,10 @@ int serve_until_signal(const ServeOptions& opt, std::ostream& out) {
     const auto t0 = Clock::now();
     server.shutdown();
     const EngineStats st = server.stats();
-    out << fmt::format("stopped after {:.2f} s: {} requests, {} sequences, {} tokens generated in {} forward passes\n",
-                       std::chrono::duration<double>(Clock::now() - t0).count(), st.requests, st.sequences,
-                       st.tokens_generated, st.forwards);
+    out << fmt::format(
+        "stopped after {:.2f} s: {} requests, {} sequences, {} tokens generated in {} forward passes\n",
+        std::chrono::duration<double>(Clock::now() - t0).count(), st.requests, st.sequences,
+        st.tokens_generated, st.forwards);
     out.flush();
   }
   ::sigaction(SIGTERM, &old_term, nullptr);

@@ -20,12 +20,12 @@ struct ServeOptions {
   std::string host = "127.0.0.1";  // loopback unless told otherwise
   int port = 8000;                 // 0 = any free port (Server::port() says which)
   std::string model_name;          // the name requests use; default: the checkpoint's preset name
-  int max_model_len = 0;           // prompt + max_tokens limit; 0 = the length the preset trains on (task.seq_len)
-  int max_batch = 32;              // sequences per forward pass (1 = unbatched)
-  double batch_window_ms = 2.0;    // when idle, gather requests for this long after the first arrives
-  int http_threads = 64;           // connections served at once (more wait in the kernel's accept queue)
-  int timeout_s = 30;              // socket read/write timeout: a stalled client frees its thread after this
-  std::ostream* log = nullptr;     // one line per request when set
+  int max_model_len = 0;  // prompt + max_tokens limit; 0 = the length the preset trains on (task.seq_len)
+  int max_batch = 32;     // sequences per forward pass (1 = unbatched)
+  double batch_window_ms = 2.0;  // when idle, gather requests for this long after the first arrives
+  int http_threads = 64;         // connections served at once (more wait in the kernel's accept queue)
+  int timeout_s = 30;            // socket read/write timeout: a stalled client frees its thread after this
+  std::ostream* log = nullptr;   // one line per request when set
 };
 
 class Server {
@@ -38,10 +38,10 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const;
-  std::string url() const;         // "http://127.0.0.1:8000"
+  std::string url() const;  // "http://127.0.0.1:8000"
   std::string model_id() const;
   int max_model_len() const;
-  std::string describe() const;    // model, checkpoint step, batching
+  std::string describe() const;  // model, checkpoint step, batching
   EngineStats stats() const;
 
   // Stop accepting; every request already accepted is answered; then the engine stops. Idempotent.

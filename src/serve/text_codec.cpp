@@ -73,7 +73,8 @@ bool text_encode(const Vocab& v, const std::string& text, std::vector<int>* ids,
     if (id < 0) {
       const std::string shown = word.size() > 40 ? word.substr(0, 40) + "..." : word;
       *error = fmt::format(
-          "word {} of the text ('{}', at character {}) is not a token name of this model; a text prompt is token "
+          "word {} of the text ('{}', at character {}) is not a token name of this model; a text prompt is "
+          "token "
           "names separated by spaces ({}), e.g. \"bos k17 n3 k17\"; or send token ids",
           ids->size() + 1, shown, i, text_names_help(v));
       return false;
