@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "data/tasks.h"
 
+#include <algorithm>
 #include <iostream>
 
 namespace phasescope {
@@ -22,19 +23,18 @@ std::string ModelBackend::describe() const {
   return fmt::format("{} (in-process, fp32, step {}): {}", label_, model_.step, description_);
 }
 
-std::vector<ScoreResult> ModelBackend::score(const std::vector<ScoreRequest>& batch) {
-  torch::NoGradGuard no_grad;
-  auto t0 = std::chrono::steady_clock::now();
-  const int64_t B = int64_t(batch.size());
-  const int64_t V = model_.model->config().vocab_size;
+torch::Tensor model_last_logprobs(DecoderImpl& model, const std::vector<const std::vector<int>*>& prompts,
+                                  torch::Tensor* hidden) {
+  const int64_t B = int64_t(prompts.size());
+  const int64_t V = model.config().vocab_size;
   int64_t T = 0;
-  for (const auto& r : batch) T = std::max<int64_t>(T, int64_t(r.tokens.size()));
+  for (const std::vector<int>* p : prompts) T = std::max<int64_t>(T, int64_t(p->size()));
   // right-padded token ids [B, T] and the index of each prompt's last token [B]
   auto tokens = torch::zeros({B, T}, torch::kInt64);
   auto last = torch::empty({B}, torch::kInt64);
   auto tk = tokens.accessor<int64_t, 2>();
   for (int64_t i = 0; i < B; ++i) {
-    const auto& r = batch[size_t(i)].tokens;
+    const std::vector<int>& r = *prompts[size_t(i)];
     if (r.empty()) fail("model backend", "empty prompt", "every prompt needs at least one token (BOS)");
     for (size_t t = 0; t < r.size(); ++t) {
       if (r[t] < 0 || r[t] >= V)
@@ -44,9 +44,20 @@ std::vector<ScoreResult> ModelBackend::score(const std::vector<ScoreRequest>& ba
     }
     last[i] = int64_t(r.size()) - 1;
   }
-  auto h = model_.model->hidden(tokens);                                                // [B, T, d]
+  auto h = model.hidden(tokens);                                                         // [B, T, d]
   auto hl = h.index({torch::arange(B), last});                                           // [B, d]
-  auto logp = torch::log_softmax(model_.model->unembed(hl), -1);                         // [B, V]
+  if (hidden) *hidden = h;
+  return torch::log_softmax(model.unembed(hl), -1);                                      // [B, V]
+}
+
+std::vector<ScoreResult> ModelBackend::score(const std::vector<ScoreRequest>& batch) {
+  torch::NoGradGuard no_grad;
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t B = int64_t(batch.size());
+  const int64_t V = model_.model->config().vocab_size;
+  std::vector<const std::vector<int>*> prompts;
+  for (const ScoreRequest& r : batch) prompts.push_back(&r.tokens);
+  auto logp = model_last_logprobs(*model_.model, prompts);                               // [B, V]
   auto top = logp.topk(std::min<int64_t>(topk_, V), -1);
   auto tv = std::get<0>(top), ti = std::get<1>(top);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(B);

@@ -12,5 +12,6 @@ void add_eval_command(CLI::App& app);       // phase-stratified evaluation of a 
 void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)
 void add_explain_command(CLI::App& app);    // knockouts, gate profiles, gate cycling (cmd_explain.cpp)
 void add_tokenize_command(CLI::App& app);   // text -> token ids with a tokenizer.json (cmd_tokenize.cpp)
+void add_serve_command(CLI::App& app);      // OpenAI-compatible HTTP server over a checkpoint (cmd_serve.cpp)
 
 }  // namespace phasescope

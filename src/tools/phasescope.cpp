@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   phasescope::add_reproduce_command(app);
   phasescope::add_theory_command(app);
   phasescope::add_tokenize_command(app);
+  phasescope::add_serve_command(app);
 
   // run the chosen one
   try {

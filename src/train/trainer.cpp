@@ -123,6 +123,19 @@ std::string fmt_duration(double s) {
 
 }  // namespace
 
+void train_write_init(const Preset& preset_in, const std::string& out_dir) {
+  Preset preset = preset_in;
+  preset.model.vocab_size = task_vocab(preset.task).size();
+  model_config_sync(preset.model, "preset " + preset.name);
+  fs::create_directories(out_dir);
+  torch::manual_seed(preset.train.seed);
+  Decoder model(preset.model);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(preset.train.lr));  // no state yet
+  TaskStream stream(preset.task, preset.train.seed + 1);
+  save_checkpoint(out_dir, *model, optimizer, preset, 0, stream, std::nan(""));
+  write_file_atomic((fs::path(out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
+}
+
 LoadedModel model_load(const std::string& dir_or_file) {
   const std::string path = checkpoint_path(dir_or_file);
   Restored r = read_checkpoint(path);

@@ -34,6 +34,11 @@ struct TrainResult {
 
 TrainResult train_run(const Preset& preset, const TrainOptions& opt);
 
+// Write `preset`'s seeded random initialization (torch::manual_seed(preset.train.seed), as train_run
+// starts) as a step-0 checkpoint plus config.json in out_dir: a model that loads and serves like a
+// trained one, for tests and benchmarks where exactness or speed matter and accuracy does not.
+void train_write_init(const Preset& preset, const std::string& out_dir);
+
 struct LoadedModel {
   Preset preset;
   Decoder model{nullptr};

@@ -1,0 +1,198 @@
+// serve_bench.cpp — load test of `phasescope serve`: requests/s and latency percentiles at 1, 8 and 64
+// concurrent clients, batched (--max-batch 32 and 8 with the 2 ms gathering window, 32 with none) against
+// unbatched (--max-batch 1), printed as one table, after the cost of the bare forward pass at each batch size
+// (what batching can win on this CPU). Workload: the lookup evaluation's own prompts (the checkpoint's
+// layout, prefix protocol; 226 tokens for the laptop presets) as token ids, max_tokens 1, greedy: one scored
+// sample per request, as an HTTP evaluation sends them. Model: --checkpoint DIR, else w8s8-1kv at its seeded
+// random init (speed does not depend on training), written to a temp folder. Clients and server share this
+// machine's cores; the server's torch threads are PHASESCOPE_THREADS (default: all cores). Run by
+// scripts/bench.sh. Not a test.
+//   usage: serve_bench [--checkpoint DIR] [--seconds S per cell (default 5)]
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/runtime.h"
+#include "eval/layout.h"
+#include "eval/model_backend.h"
+#include "serve/server.h"
+#include "train/trainer.h"
+
+using namespace phasescope;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Cell {
+  int clients = 0;
+  int64_t requests = 0, errors = 0;
+  double seconds = 0;
+  std::vector<double> ms;  // latency of every completed request
+  double mean_rows = 0;    // sequences per forward pass during the cell
+};
+
+// The 1-minute load average (/proc/loadavg): on a shared machine it says how much the numbers can be trusted.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  in >> one;
+  return one.empty() ? "?" : one;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
+}
+
+// `clients` threads, each with its own keep-alive connection, send requests back to back for `seconds`.
+Cell run_cell(Server& server, const std::vector<std::string>& bodies, int clients, double seconds) {
+  const EngineStats before = server.stats();
+  std::vector<std::vector<double>> ms(static_cast<size_t>(clients));
+  std::atomic<int64_t> errors{0};
+  std::atomic<bool> go{false};
+  const auto t_end_after = std::chrono::duration<double>(seconds);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&, c] {
+      httplib::Client cli("127.0.0.1", server.port());
+      cli.set_tcp_nodelay(true);
+      cli.set_keep_alive(true);
+      cli.set_read_timeout(120, 0);
+      while (!go) std::this_thread::yield();
+      const auto t0 = Clock::now();
+      for (size_t i = size_t(c); Clock::now() - t0 < t_end_after; i += size_t(clients)) {
+        const auto ts = Clock::now();
+        auto r = cli.Post("/v1/completions", bodies[i % bodies.size()], "application/json");
+        if (!r || r->status != 200) {
+          ++errors;
+          continue;
+        }
+        ms[size_t(c)].push_back(std::chrono::duration<double, std::milli>(Clock::now() - ts).count());
+      }
+    });
+  const auto t0 = Clock::now();
+  go = true;
+  for (auto& t : threads) t.join();
+  Cell cell;
+  cell.clients = clients;
+  cell.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (auto& v : ms) cell.ms.insert(cell.ms.end(), v.begin(), v.end());
+  cell.requests = int64_t(cell.ms.size());
+  cell.errors = errors;
+  const EngineStats after = server.stats();
+  const int64_t f = after.forwards - before.forwards;
+  cell.mean_rows = f > 0 ? double(after.forward_rows - before.forward_rows) / double(f) : 0;
+  return cell;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // options
+  std::string checkpoint;
+  double seconds = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--checkpoint")
+      checkpoint = argv[i + 1];
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else {
+      fmt::print(stderr, "usage: serve_bench [--checkpoint DIR] [--seconds S]\n");
+      return 2;
+    }
+  }
+  const RuntimeInfo rt = runtime_init();
+  fmt::print("runtime: {}; load average {} on {} cores\n", runtime_describe(rt), load_average(),
+             std::thread::hardware_concurrency());
+
+  // the checkpoint: given, or w8s8-1kv at its seeded init in a temp folder
+  std::string tmp;
+  if (checkpoint.empty()) {
+    tmp = (std::filesystem::temp_directory_path() / fmt::format("phasescope-serve-bench-{}", ::getpid()))
+              .string();
+    train_write_init(preset_load("w8s8-1kv"), tmp);
+    checkpoint = tmp;
+  }
+  const Preset preset = model_load(checkpoint).preset;
+
+  // the workload: the evaluation's prompts of this checkpoint, as token-id requests for one token
+  EvalOptions eo = eval_options_for(preset, PadProtocol::Prefix, 576, 24, 1);
+  const LayoutDesign design = layout_build(eo.layout);
+  std::vector<std::string> bodies;
+  for (const LayoutSample& s : design.samples)
+    bodies.push_back(nlohmann::json{{"prompt", s.tokens}, {"max_tokens", 1}, {"temperature", 0}}.dump());
+  fmt::print("model: {} ({}), prompts of {} tokens, max_tokens 1, {:.0f} s per cell\n\n", preset.name,
+             checkpoint, design.prompt_len, seconds);
+
+  // the forward pass alone (no HTTP): what one batch costs at each size, on this thread
+  {
+    LoadedModel m = model_load(checkpoint);
+    torch::NoGradGuard no_grad;
+    fmt::print("forward pass alone (model_last_logprobs, {} tokens):", design.prompt_len);
+    for (int B : {1, 8, 16, 32, 64}) {
+      std::vector<const std::vector<int>*> prompts;
+      for (int i = 0; i < B; ++i)
+        prompts.push_back(&design.samples[size_t(i) % design.samples.size()].tokens);
+      model_last_logprobs(*m.model, prompts);  // warm-up
+      const int reps = std::max(2, 64 / B);
+      const auto t0 = Clock::now();
+      for (int r = 0; r < reps; ++r) model_last_logprobs(*m.model, prompts);
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / reps;
+      fmt::print("  B={} {:.1f} ms ({:.2f} ms/row)", B, ms, ms / B);
+    }
+    fmt::print("\n\n");
+  }
+
+  // batched and unbatched servers, all up at once; the cells run interleaved (for each client count, each
+  // server in turn) so that a change in the machine's load during the run hits every server alike
+  struct Config {
+    int max_batch;
+    double window_ms;
+  };
+  const std::vector<Config> configs = {{32, 2}, {8, 2}, {32, 0}, {1, 0}};
+  const std::vector<int> client_counts = {1, 8, 64};
+  std::vector<std::unique_ptr<Server>> servers;
+  for (const Config& cfg : configs) {
+    ServeOptions so;
+    so.checkpoint = checkpoint;
+    so.port = 0;
+    so.max_batch = cfg.max_batch;
+    so.batch_window_ms = cfg.window_ms;
+    so.http_threads = 80;
+    servers.emplace_back(new Server(so));
+    run_cell(*servers.back(), bodies, 4, 0.5);  // warm-up: first-touch allocations, connections
+  }
+  std::vector<std::vector<Cell>> cells(configs.size());
+  for (int clients : client_counts)
+    for (size_t b = 0; b < configs.size(); ++b)
+      cells[b].push_back(run_cell(*servers[b], bodies, clients, seconds));
+  fmt::print("{:<32} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n", "server", "clients", "requests",
+             "req/s", "p50 ms", "p90 ms", "p99 ms", "rows/pass", "errors");
+  for (size_t b = 0; b < configs.size(); ++b) {
+    const Config& cfg = configs[b];
+    const std::string name =
+        cfg.max_batch == 1 ? std::string("--max-batch 1 (unbatched)")
+                           : fmt::format("--max-batch {} --batch-window-ms {}", cfg.max_batch, cfg.window_ms);
+    for (const Cell& c : cells[b])
+      fmt::print("{:<32} {:>7} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n", name, c.clients,
+                 c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5), percentile(c.ms, 0.9),
+                 percentile(c.ms, 0.99), c.mean_rows, c.errors);
+    servers[b]->shutdown();
+  }
+  fmt::print("load average at the end: {}\n", load_average());
+  if (!tmp.empty()) std::filesystem::remove_all(tmp);
+  return 0;
+}

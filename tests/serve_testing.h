@@ -1,0 +1,91 @@
+// serve_testing.h — shared by the serve tests: a tiny seeded-random checkpoint (untrained: the tests
+// check exactness and plumbing, not accuracy), a server on a free loopback port, and JSON over HTTP
+// with httplib::Client. (Includes libtorch through train/trainer.h, for train_write_init.)
+#pragma once
+#include <httplib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.h"
+#include "serve/server.h"
+#include "train/trainer.h"
+
+namespace phasescope {
+namespace testing_serve {
+
+using json = nlohmann::json;
+
+// w8s8-1kv shrunk: d=32, 16 records per lookup prompt, trained length 128 (the evaluation's prompts of
+// this preset are 106 tokens).
+inline Preset tiny_preset() {
+  Preset p = preset_load("w8s8-1kv");
+  p.model.d_model = 32;
+  p.model.head_dim = 8;
+  p.task.seq_len = 128;
+  p.task.n_records = 16;
+  p.task.n_demos = 4;
+  p.task.min_records = 8;
+  p.name = "tiny-w8s8";
+  return preset_from_json(preset_to_json(p), "tiny preset");
+}
+
+// A fresh empty folder under the system temp dir.
+inline std::string temp_dir(const std::string& name) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / ("phasescope-" + name + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+  return tmpl;
+}
+
+// A step-0 checkpoint of the tiny preset in a fresh folder.
+inline std::string tiny_checkpoint(const std::string& name) {
+  const std::string dir = temp_dir(name);
+  train_write_init(tiny_preset(), dir);
+  return dir;
+}
+
+inline ServeOptions local_options(const std::string& checkpoint) {
+  ServeOptions o;
+  o.checkpoint = checkpoint;
+  o.port = 0;
+  o.http_threads = 16;
+  o.timeout_s = 10;
+  return o;
+}
+
+struct Reply {
+  int status = 0;  // 0 = no HTTP answer (connection refused, timeout)
+  json body;       // parsed JSON (null when the body is not JSON)
+  std::string raw;
+};
+
+inline std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_read_timeout(60, 0);
+  c->set_tcp_nodelay(true);
+  return c;
+}
+
+inline Reply finish(const httplib::Result& r) {
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = json::parse(r->body, nullptr, false);
+  if (out.body.is_discarded()) out.body = nullptr;
+  return out;
+}
+
+inline Reply post(int port, const std::string& path, const std::string& body) {
+  return finish(client(port)->Post(path.c_str(), body, "application/json"));
+}
+inline Reply post(int port, const std::string& path, const json& body) {
+  return post(port, path, body.dump());
+}
+inline Reply get(int port, const std::string& path) { return finish(client(port)->Get(path.c_str())); }
+
+}  // namespace testing_serve
+}  // namespace phasescope
