@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   phasescope::add_eval_command(app);
   phasescope::add_reproduce_command(app);
   phasescope::add_theory_command(app);
+  phasescope::add_probe_command(app);
 
   // run the chosen one
   try {
