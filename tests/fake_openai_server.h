@@ -129,11 +129,13 @@ struct Server {
   httplib::Server srv;
   std::thread th;
   int port = -1;
+  int listen_fd = -1;
 
-  explicit Server(int threads = 16) {
+  // backlog: the listen queue (0 = httplib's compiled-in 5, which overflows under a burst of connects)
+  explicit Server(int threads = 16, int backlog = 1024) {
     srv.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     srv.set_keep_alive_max_count(1000000);
-    srv.set_keep_alive_timeout(2);
+    srv.set_keep_alive_timeout(5);
     srv.set_tcp_nodelay(true);
     srv.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, false); });
     srv.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, true); });
@@ -150,7 +152,15 @@ struct Server {
       if (max_model_len > 0) m["max_model_len"] = max_model_len;
       r.set_content(nlohmann::json{{"object", "list"}, {"data", {m}}}.dump(), "application/json");
     });
+    // httplib listens with a backlog of 5 (compiled into Debian's library): 64 clients connecting at
+    // once overflow it (SYN cookies, dropped ACKs, reset connections). Listening again on the same
+    // socket raises the backlog; a real server (uvicorn: 2048) does not have this problem.
+    srv.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = sock;
+    });
     port = srv.bind_to_any_port("127.0.0.1");
+    if (listen_fd >= 0 && backlog > 0) ::listen(listen_fd, backlog);
     th = std::thread([this] { srv.listen_after_bind(); });
     while (!srv.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -94,6 +95,9 @@ HttpPool::HttpPool(HttpOptions opt) : opt_(std::move(opt)) {
   if (opt_.concurrency < 1) fail("--concurrency", "must be at least 1", "pass --concurrency 64");
   if (!(opt_.timeout_s > 0)) fail("--timeout-s", "must be positive", "pass --timeout-s 120");
   if (opt_.retries < 0) fail("--retries", "must be >= 0", "pass --retries 4");
+  // a server closing a keep-alive connection while a request is written must be a failed attempt
+  // (EPIPE, retried), not a SIGPIPE that kills the process
+  std::signal(SIGPIPE, SIG_IGN);
   for (const std::string& u : opt_.base_urls) {
     EndpointState st;
     st.ep = http_endpoint_parse(u);
@@ -133,7 +137,7 @@ std::string HttpPool::describe() const {
 std::vector<HttpEndpointStats> HttpPool::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<HttpEndpointStats> out;
-  for (const EndpointState& e : endpoints_) out.push_back({e.ep.url(), e.requests, e.failures, e.rests});
+  for (const EndpointState& e : endpoints_) out.push_back({e.ep.url(), e.requests, e.failures, e.rests, scrub(e.last_failure)});
   return out;
 }
 
@@ -155,7 +159,7 @@ size_t HttpPool::pick_endpoint(Clock::time_point* wait_until) {
   return soonest;
 }
 
-std::unique_ptr<HttpPool::Client> HttpPool::checkout(size_t e) {
+std::unique_ptr<HttpPool::Client> HttpPool::checkout(size_t e, bool* fresh) {
   {
     std::lock_guard<std::mutex> g(mu_);
     auto& idle = endpoints_[e].idle;
@@ -163,9 +167,11 @@ std::unique_ptr<HttpPool::Client> HttpPool::checkout(size_t e) {
     if (!idle.empty()) {
       std::unique_ptr<Client> c = std::move(idle.back());
       idle.pop_back();
+      *fresh = false;
       return c;
     }
   }
+  *fresh = true;
   return std::make_unique<Client>(endpoints_[e].ep.origin, opt_.timeout_s);
 }
 
@@ -174,7 +180,7 @@ void HttpPool::checkin(size_t e, std::unique_ptr<Client> c) {
   endpoints_[e].idle.push_back(std::move(c));
 }
 
-void HttpPool::record(size_t e, bool ok, double retry_after_s) {
+void HttpPool::record(size_t e, bool ok, double retry_after_s, const std::string& why) {
   std::lock_guard<std::mutex> g(mu_);
   EndpointState& st = endpoints_[e];
   if (ok) {
@@ -183,12 +189,16 @@ void HttpPool::record(size_t e, bool ok, double retry_after_s) {
     return;
   }
   ++st.failures;
+  st.last_failure = why;
   const auto now = Clock::now();
   if (retry_after_s >= 0)
     st.not_before = std::max(st.not_before, now + std::chrono::microseconds(static_cast<int64_t>(retry_after_s * 1e6)));
-  if (++st.consecutive_failures >= opt_.rest_after) {
+  // rest after rest_after consecutive failures; requests that were in flight when a rest began and
+  // fail during it are counted but do not lengthen it (one outage seen by 64 requests is one rest)
+  if (++st.consecutive_failures >= opt_.rest_after && now >= st.rested_until) {
     const double rest = std::min(300.0, opt_.rest_s * std::ldexp(1.0, std::min(st.rest_level, 20)));
-    st.not_before = std::max(st.not_before, now + std::chrono::microseconds(static_cast<int64_t>(rest * 1e6)));
+    st.rested_until = now + std::chrono::microseconds(static_cast<int64_t>(rest * 1e6));
+    st.not_before = std::max(st.not_before, st.rested_until);
     ++st.rest_level;
     ++st.rests;
     st.consecutive_failures = 0;
@@ -217,7 +227,8 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
     reply.attempts = attempt + 1;
 
     // one attempt
-    std::unique_ptr<Client> c = checkout(e);
+    bool fresh = false;
+    std::unique_ptr<Client> c = checkout(e, &fresh);
     httplib::Request req;
     req.method = method;
     req.path = ep.prefix + path;
@@ -230,7 +241,20 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
     req.progress = [deadline](uint64_t, uint64_t) { return Clock::now() < deadline; };
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
+    // a fresh connection's first request opens it: at most max_connecting at once
+    if (fresh && opt_.max_connecting > 0) {
+      std::unique_lock<std::mutex> lk(connect_mu_);
+      connect_cv_.wait(lk, [&] { return connecting_ < opt_.max_connecting; });
+      ++connecting_;
+    }
     const bool sent = c->cli.send(req, res, err);
+    if (fresh && opt_.max_connecting > 0) {
+      {
+        std::lock_guard<std::mutex> lk(connect_mu_);
+        --connecting_;
+      }
+      connect_cv_.notify_one();
+    }
 
     // classify it
     double retry_after = -1;
@@ -270,7 +294,7 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
       record(e, true, -1);
       break;
     }
-    record(e, false, retry_after);
+    record(e, false, retry_after, reply.error);
 
     // wait before the next attempt: a Retry-After rests the endpoint (pick_endpoint waits for it or
     // takes another one); otherwise exponential backoff

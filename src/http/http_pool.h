@@ -29,6 +29,8 @@ struct HttpOptions {
   double backoff_s = 0.25;                 // first backoff; doubles on each retry (half of it jittered)
   double backoff_max_s = 20;               // cap of one backoff
   double retry_after_max_s = 120;          // a longer Retry-After is clamped to this
+  int max_connecting = 4;                  // new connections being opened at once (a burst of 64 connects
+                                           // overflows small listen queues: httplib servers listen with 5)
   int rest_after = 3;                      // consecutive failures that rest an endpoint
   double rest_s = 5;                       // first rest; doubles while the endpoint keeps failing (cap 300 s)
 };
@@ -65,7 +67,8 @@ using HttpAccept = std::function<void(const std::string& body)>;
 
 struct HttpEndpointStats {
   std::string url;
-  int64_t requests = 0, failures = 0, rests = 0;
+  int64_t requests = 0, failures = 0, rests = 0;  // attempts sent, failed attempts, times rested
+  std::string last_failure;                       // why the last failed attempt failed (key scrubbed)
 };
 
 class HttpPool {
@@ -97,15 +100,17 @@ class HttpPool {
     std::vector<std::unique_ptr<Client>> idle;  // keep-alive connections not in use
     int consecutive_failures = 0;
     int rest_level = 0;
-    std::chrono::steady_clock::time_point not_before{};  // rested / Retry-After until then
+    std::chrono::steady_clock::time_point not_before{};    // rested / Retry-After until then
+    std::chrono::steady_clock::time_point rested_until{};  // the current rest (failures during it do not escalate)
     int64_t requests = 0, failures = 0, rests = 0;
+    std::string last_failure;
   };
   HttpReply request(const std::string& method, const std::string& path, const std::string& body,
                     const HttpAccept& accept);
   size_t pick_endpoint(std::chrono::steady_clock::time_point* wait_until);
-  std::unique_ptr<Client> checkout(size_t e);
+  std::unique_ptr<Client> checkout(size_t e, bool* fresh);
   void checkin(size_t e, std::unique_ptr<Client> c);
-  void record(size_t e, bool ok, double retry_after_s);
+  void record(size_t e, bool ok, double retry_after_s, const std::string& why = "");
   void worker_loop();
 
   HttpOptions opt_;
@@ -113,6 +118,9 @@ class HttpPool {
   mutable std::mutex mu_;  // endpoints_
   std::vector<EndpointState> endpoints_;
   std::atomic<uint64_t> rr_{0};
+  std::mutex connect_mu_;
+  std::condition_variable connect_cv_;
+  int connecting_ = 0;
   std::atomic<uint64_t> jitter_{0x9E3779B97F4A7C15ull};
 
   // the worker threads and the one job they share
