@@ -5,7 +5,8 @@
 // then where one request's client-side CPU goes (body, reply parse). Client and server share the
 // machine's cores, so this is a floor on the client's rate, not a server benchmark.
 // `probe_bench --serve SECONDS` instead serves the fake (induction model with a planted phase pattern:
-// wrong when the needle's key sits at position 3 or 7 mod 8) on 127.0.0.1 for README-style demos.
+// wrong when the needle's key sits at position 3 or 7 mod 8; after "FP", "8" wins when the prompt
+// length is 2 or 3 mod 4, else "32") on 127.0.0.1 for README-style demos.
 // Run by scripts/bench.sh. Not a test.
 #include <fmt/format.h>
 
@@ -87,8 +88,13 @@ Row measure(const std::string& url, int in_flight, int prompt, int64_t n, int ma
 }
 
 int serve(double seconds) {
-  fake::Server s(32);
-  s.model = [](const std::vector<int>& t) {
+  fake::Server s(128);  // httplib serves one keep-alive connection per thread: at least --concurrency
+  const int fp = s.tok.id_of("FP"), eight = s.tok.id_of("8"), thirty_two = s.tok.id_of("32");
+  s.model = [=](const std::vector<int>& t) {
+    if (!t.empty() && t.back() == fp) {  // the FP8 probe: "8" wins when the prompt length is 2 or 3 mod 4
+      const double l8 = t.size() % 4 >= 2 ? -0.15 : -2.0;
+      return l8 > -1 ? fake::Dist{{eight, l8}, {thirty_two, -2.1}} : fake::Dist{{thirty_two, -0.2}, {eight, l8}};
+    }
     int64_t q = -1;
     const int p = fake::induction_next(t, &q);
     if (p < 0) return fake::Dist{{fake::kBos, -0.1}};

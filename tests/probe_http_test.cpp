@@ -516,6 +516,9 @@ TEST(NeedleProbe, RecoversAPlantedPhasePatternExactly) {
     EXPECT_DOUBLE_EQ(rs.acc, (rs.residue == 3 || rs.residue == 7) ? 0.0 : 1.0) << "residue " << rs.residue;
   }
   EXPECT_EQ(r.meta.task, "needle");
+  const std::string lp = slurp(out + "/logprob_per_residue.csv");  // the first value token's logprob
+  EXPECT_NE(lp.find("\n3,16,16,-1.700000\n"), std::string::npos) << lp;
+  EXPECT_NE(lp.find("\n0,16,16,-0.050000\n"), std::string::npos) << lp;
   const JournalLoad jl = journal_load(out + "/journal.jsonl");
   EXPECT_EQ(jl.lines, 128);
   for (const JournalRecord& j : jl.records) EXPECT_FALSE(j.expected_text.empty());

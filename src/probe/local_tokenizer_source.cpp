@@ -1,7 +1,8 @@
 // local_tokenizer_source.cpp — see local_tokenizer_source.h. Written against the tokenizer module's
-// API (class Tokenizer: static load(path), encode(text) without BOS, decode(ids), bos_id(),
-// token_to_id(piece)); compiled in only when that header exists, so this file builds before and after
-// the module is merged.
+// API (class Tokenizer: static load(path), encode(text) without BOS, decode(ids), bos_id(), adds_bos());
+// compiled in only when that header exists, so this file builds before and after the module is merged.
+// BOS: a prompt starts with one only when the HF tokenizer would prepend it (adds_bos), as the server's
+// own tokenization of a text prompt would.
 #include "probe/local_tokenizer_source.h"
 
 #include "core/check.h"
@@ -22,10 +23,10 @@ namespace {
 class LocalTokenizer : public TokenSource {
  public:
   LocalTokenizer(Tokenizer tok, std::string path) : tok_(std::move(tok)), path_(std::move(path)) {}
-  std::string describe() const override { return "local tokenizer " + path_; }
+  std::string describe() const override { return "local tokenizer " + path_ + " (" + tok_.describe() + ")"; }
   std::vector<int> encode(const std::string& text) const override { return tok_.encode(text); }
   std::string decode(const std::vector<int>& tokens) const override { return tok_.decode(tokens); }
-  int bos_id() const override { return tok_.bos_id(); }
+  int bos_id() const override { return tok_.adds_bos() ? tok_.bos_id() : -1; }
 
  private:
   Tokenizer tok_;

@@ -380,6 +380,24 @@ std::string needle_format_design(const NeedleDesign& d) {
   return o.str();
 }
 
+std::string needle_logprob_csv(const std::vector<JournalRecord>& records, int R) {
+  std::vector<int64_t> n(size_t(R), 0), known(size_t(R), 0);
+  std::vector<double> sum(size_t(R), 0);
+  for (const JournalRecord& r : records) {
+    if (!r.scored() || r.residue < 0 || r.residue >= R) continue;
+    ++n[size_t(r.residue)];
+    if (std::isfinite(r.logprob)) {
+      ++known[size_t(r.residue)];
+      sum[size_t(r.residue)] += r.logprob;
+    }
+  }
+  std::string csv = "residue,n,known,mean_logprob\n";
+  for (int r = 0; r < R; ++r)
+    csv += known[size_t(r)] > 0 ? fmt::format("{},{},{},{:.6f}\n", r, n[size_t(r)], known[size_t(r)], sum[size_t(r)] / double(known[size_t(r)]))
+                                : fmt::format("{},{},0,\n", r, n[size_t(r)]);
+  return csv;
+}
+
 EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt, const std::string& out_dir) {
   // the design, then the journal (scored or resumed)
   report_make_dir(out_dir);
@@ -413,6 +431,7 @@ EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunO
   m.tol_sd = d.spec.tol_sd;
   m.wall_s = sum.wall_s;
   eval_write_outputs(res, opt.report, out_dir, "phasescope probe needle: " + opt.model);
+  report_write_text(out_dir + "/logprob_per_residue.csv", needle_logprob_csv(jl.records, d.spec.R));
   return res;
 }
 

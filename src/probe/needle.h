@@ -88,6 +88,10 @@ ProbeSample needle_render(const NeedleDesign& d, int64_t id, const std::string& 
 
 std::string needle_format_design(const NeedleDesign& d);  // pieces, sizes and the per-residue moments
 
+// residue,n,known,mean_logprob: the first value token's log-probability over scored samples where the
+// server gave it (known), per residue.
+std::string needle_logprob_csv(const std::vector<JournalRecord>& records, int R);
+
 struct NeedleRunOptions {
   std::string model;             // journal / results label (the served model's name)
   int S = 4;                     // fold for display (DeepSeek-V4's stride)
@@ -98,7 +102,8 @@ struct NeedleRunOptions {
 };
 
 // Score (or resume) into out_dir/journal.jsonl, then statistics and the same outputs as `eval`
-// (results.json with task "needle", per_residue.csv, table.txt, layout.txt, report.html).
+// (results.json with task "needle", per_residue.csv, table.txt, layout.txt, report.html), plus
+// logprob_per_residue.csv: the mean log-probability of the value's first token per residue.
 EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt, const std::string& out_dir);
 
 }  // namespace phasescope

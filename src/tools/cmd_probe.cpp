@@ -77,6 +77,12 @@ void add_probe_command(CLI::App& app) {
     fmt::print("backend: {}\ntokens: {}\n", c.backend->describe(), c.tokens->describe());
     const int64_t ctx = c.backend->context_length();
     fmt::print("server context: {}\n", ctx > 0 ? std::to_string(ctx) + " tokens" : std::string("unknown"));
+    if (ctx > 0 && n->spec.context + 1 > ctx)
+      fail("--context " + std::to_string(n->spec.context),
+           fmt::format("prompts of {} tokens (+1 to generate) do not fit the server's context of {} tokens; nothing "
+                       "was sent (prompts are never truncated)",
+                       n->spec.context, ctx),
+           fmt::format("pass --context {} or less, or serve the model with a longer context", ctx - 1));
 
     // the design, in the model's tokens (positions counted from the server's first token)
     NeedleSpec spec = n->spec;
@@ -96,8 +102,8 @@ void add_probe_command(CLI::App& app) {
     ro.report = !n->no_report;
     ro.log = &std::cout;
     const EvalResults r = needle_run(*c.backend, d, ro, n->out);
-    fmt::print("{}\nwrote {}/results.json, per_residue.csv, table.txt{}\n", results_format_table(r), n->out,
-               ro.report ? ", report.html" : "");
+    fmt::print("{}\nwrote {}/results.json, per_residue.csv, logprob_per_residue.csv, table.txt{}\n",
+               results_format_table(r), n->out, ro.report ? ", report.html" : "");
   });
 
   // ---- flip: the padding-flip probe (design doc 1.3, generalized)
