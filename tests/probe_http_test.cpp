@@ -601,6 +601,58 @@ TEST(FlipProbe, FindsThePlantedPeriodOnTheFp8Template) {
   fs::remove_all(out);
 }
 
+// A tokenizer that glues a sign to the newline after it, as DeepSeek's and GPT-4-style pre-tokenizers do
+// ("=\n" and " =\n" are one token); every other character, and " =", is one token. BOS = 0.
+struct GluingTokens : TokenSource {
+  std::vector<std::string> pieces = {"<s>", "=\n", " =\n", " =", "="};
+  int id(const std::string& p) const {
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i] == p) return static_cast<int>(i);
+    return 1000 + static_cast<unsigned char>(p[0]);
+  }
+  std::string describe() const override { return "gluing"; }
+  int bos_id() const override { return 0; }
+  std::vector<int> encode(const std::string& s) const override {
+    std::vector<int> out;
+    for (size_t i = 0; i < s.size();) {
+      size_t n = 1;
+      for (const std::string& p : {std::string(" =\n"), std::string("=\n"), std::string(" =")})
+        if (s.compare(i, p.size(), p) == 0) {
+          n = p.size();
+          break;
+        }
+      out.push_back(id(s.substr(i, n)));
+      i += n;
+    }
+    return out;
+  }
+  std::string decode(const std::vector<int>& t) const override {
+    std::string s;
+    for (int x : t) s += x < 1000 ? pieces[size_t(x)] : std::string(1, char(x - 1000));
+    return s;
+  }
+};
+
+TEST(FlipProbe, ATokenThatStraddlesTheFillersEndCountsInL) {
+  GluingTokens ts;
+  FlipSpec spec;
+  spec.template_text = "ab\n{filler}\ncd(FP";
+  spec.families = {{"equals", " ="}};
+  spec.candidates = {"8", "32"};
+  spec.L_min = 4;
+  spec.L_max = 9;
+  const FlipDesign d = flip_build(spec, ts, nullptr);
+  ASSERT_EQ(d.points.size(), 6u);
+  for (const FlipPoint& p : d.points) {
+    // BOS a b \n, then n signs whose last one is glued to the newline: L = 4 + n
+    EXPECT_EQ(p.L, 4 + p.units);
+    EXPECT_EQ(p.prompt[0], 0);
+  }
+  // n = 2: "<s>" "a" "b" "\n" "=" " =\n" "c" "d" "(" "F" "P": the glued token is the 6th
+  EXPECT_EQ(d.points[2].units, 2);
+  EXPECT_EQ(ts.decode({d.points[2].prompt[5]}), " =\n");
+}
+
 TEST(EvalOverHttp, LookupLayoutThroughTheHttpBackend) {
   // phasescope serve's shape: token ids in, token ids out; the fake's induction head answers lookups
   fake::Server s;

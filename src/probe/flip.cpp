@@ -100,7 +100,7 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
   d.bos = ts.bos_id();
   const int n_max = spec.L_max + 8;
   std::string id = "flip|";
-  int ambiguous = 0;
+  int straddled = 0;
   for (size_t fi = 0; fi < spec.families.size(); ++fi) {
     // L(n) for n = 0..n_max: the tokens up to the end of the filler, which must also begin the full text
     std::vector<std::string> texts;
@@ -113,11 +113,21 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
     for (int n = 0; n <= n_max; ++n) {
       const std::vector<int>& head = enc[size_t(2 * n)];
       const std::vector<int>& full = enc[size_t(2 * n + 1)];
-      if (!starts_with(full, head)) {  // the filler merges with the text after it: L is not well defined
-        ++ambiguous;
-        continue;
+      const size_t B = texts[size_t(2 * n)].size();  // bytes up to the end of the filler
+      // tokens of the full text that start before B: the shared prefix with the head's tokens, then any
+      // token that straddles the end of the filler (GPT-4-style pre-tokenizers glue "=\n" together)
+      size_t j = 0;
+      while (j < head.size() && j < full.size() && head[j] == full[j]) ++j;
+      int L = static_cast<int>(j);
+      if (j < head.size()) {
+        size_t pos = ts.decode(std::vector<int>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(j))).size();
+        while (pos < B && size_t(L) < full.size()) {
+          pos += ts.decode({full[size_t(L)]}).size();
+          ++L;
+        }
+        ++straddled;
       }
-      units_for_L.emplace(static_cast<int>(head.size()), n);
+      units_for_L.emplace(L + (d.bos >= 0 ? 1 : 0), n);  // BOS counts: L is the position where the code starts
     }
     std::vector<int> missing;
     std::vector<std::string> cand_texts;
@@ -175,7 +185,10 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
       if (!d.missing_L[fi].empty())
         *log << fmt::format("  family {}: no filler length gives L = {}\n", spec.families[fi].name,
                             fmt::join(d.missing_L[fi], ", "));
-    if (ambiguous > 0) *log << fmt::format("  {} filler length(s) skipped: the filler merges with the text after it\n", ambiguous);
+    if (straddled > 0)
+      *log << fmt::format("  {} filler length(s) end inside a token (the filler merges with the text after it): that "
+                          "token counts in L\n",
+                          straddled);
   }
   return d;
 }

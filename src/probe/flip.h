@@ -1,7 +1,10 @@
 // flip.h — the padding-flip probe: the paper's FP8 "8 vs 32" test (design doc §1.3) generalized.
 // A template with one {filler} slot, filler families (a unit repeated n times: "= = = ..."), and two
-// or more candidate continuations. L = the tokens of the template text up to the end of the filler
-// (BOS not counted), measured with the tokenizer; the sweep visits every L in [L_min, L_max] that some
+// or more candidate continuations. L = the prompt's tokens that start before the end of the filler,
+// BOS included (so L is the position where the text after the filler starts; a token that straddles
+// the filler's end, like DeepSeek's "=\n", counts). This is the page's convention: with DeepSeek-V3's
+// tokenizer, BOS + the docstring sentence are 15 tokens and 15 signs give L = 30. Measured with the
+// tokenizer (byte lengths of decoded tokens); the sweep visits every L in [L_min, L_max] that some
 // n reaches (one token at a time when the unit is one token). Per (family, L) each candidate's log-
 // probability is summed over its tokens (teacher forcing), the winner is the arg-max, and the period is
 // the P in [P_min, P_max] whose pattern winner(L mod P) (a majority per class, pooled over families)
@@ -43,7 +46,7 @@ std::string flip_filler(const FlipFamily& f, int n);  // the filler text of n un
 
 struct FlipPoint {
   int family = 0;
-  int L = 0;        // measured tokens up to the end of the filler
+  int L = 0;        // measured: tokens (BOS included) that start before the end of the filler
   int units = 0;    // n
   std::vector<int> prompt;                     // (T) BOS first when the model has one
   std::vector<std::vector<int>> candidates;    // (C) each candidate's tokens in context

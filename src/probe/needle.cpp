@@ -164,27 +164,49 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   NeedleVocab& v = d.vocab;
   v.bos = ts.bos_id();
 
-  // every piece in context, from one batch of encodings
-  std::vector<std::string> texts = {"\n", spec.separator, "\n" + spec.filler, "\n" + spec.filler + spec.filler,
-                                    "\n" + spec.filler + "\n", "\n" + spec.question, spec.header};
+  // the filler: one token that stays one token when repeated and before a newline. Punctuation
+  // absorbs a following newline in GPT-4-style pre-tokenizers (DeepSeek, Qwen, Llama 3), so after
+  // " ." and " -" (SentencePiece models) a word is tried.
+  const std::vector<std::string> fillers =
+      spec.filler.empty() ? std::vector<std::string>{" .", " -", " the", " x"} : std::vector<std::string>{spec.filler};
+  std::vector<std::string> ftexts = {"\n"};
+  for (const std::string& f : fillers) {
+    ftexts.push_back("\n" + f);
+    ftexts.push_back("\n" + f + f);
+    ftexts.push_back("\n" + f + "\n");
+  }
+  const std::vector<std::vector<int>> fenc = ts.encode_many(ftexts);
+  std::string why;
+  for (size_t i = 0; i < fillers.size() && v.filler_text.empty(); ++i) {
+    const std::vector<int>&one = fenc[1 + 3 * i], &two = fenc[2 + 3 * i], &nl_after = fenc[3 + 3 * i];
+    std::vector<int> f1, f2, end;
+    if (!strip_prefix(fenc[0], one, &f1) || !strip_prefix(one, two, &f2) || f1.size() != 1 || f2 != f1)
+      why += fmt::format("{}: {} token(s), not one that repeats; ", show(fillers[i]), f1.size());
+    else if (!strip_prefix(one, nl_after, &end) || end.empty())
+      why += fmt::format("{}: merges with the newline after it; ", show(fillers[i]));
+    else {
+      v.filler = f1;
+      v.filler_end = end;
+      v.filler_text = fillers[i];
+    }
+  }
+  if (v.filler_text.empty())
+    fail("needle filler", "no usable filler (" + why + ")",
+         "pass --filler TEXT: one token (a short word with its leading space, like \" the\") that does not merge "
+         "with itself or with a newline");
+
+  // every other piece in context, from one batch of encodings
+  std::vector<std::string> texts = {"\n", spec.separator, "\n" + spec.question, spec.header};
   const size_t k0 = texts.size();
   for (const std::string& k : keys) texts.push_back("\n" + k);
   const size_t v0 = texts.size();
   for (const std::string& x : values) texts.push_back(spec.separator + x);
   const std::vector<std::vector<int>> enc = ts.encode_many(texts);
   const std::vector<int>& nl = enc[0];
-  std::vector<int> f2;
   const std::string tok_fix = "choose pieces that the tokenizer keeps apart (e.g. the defaults)";
-  if (!strip_prefix(nl, enc[2], &v.filler) || !strip_prefix(enc[2], enc[3], &f2) || v.filler.size() != 1 || f2 != v.filler)
-    fail("needle filler " + show(spec.filler),
-         fmt::format("the filler must be exactly one token, also when repeated (got {} tokens, {} when repeated)",
-                     v.filler.size(), f2.size()),
-         "pass another --filler (one token that does not merge with itself, like \" .\")");
-  if (!strip_prefix(enc[2], enc[4], &v.filler_end) || v.filler_end.empty())
-    fail("needle filler " + show(spec.filler), "a newline after the filler merges with it", tok_fix);
-  if (!strip_prefix(nl, enc[5], &v.question) || v.question.empty())
+  if (!strip_prefix(nl, enc[2], &v.question) || v.question.empty())
     fail("needle question " + show(spec.question), "it merges with the newline before it", tok_fix);
-  v.header = enc[6];
+  v.header = enc[3];
   std::set<std::vector<int>> seen;
   for (size_t i = 0; i < keys.size(); ++i) {
     std::vector<int> t;
@@ -369,8 +391,9 @@ std::string needle_format_design(const NeedleDesign& d) {
                    "{:.0f}% of them, {} filler tokens per prompt ({} of them after the records in every prompt)\n",
                    d.n_records, d.record_tokens, s.key_tokens, d.vocab.separator.size(), s.value_tokens,
                    d.vocab.delimiter.size(), 200 * s.middle, 2 * s.R + 1 + d.rest, d.rest);
-  o << fmt::format("candidates: {} keys, {} values; BOS {}; position offset {}; fingerprint {}\n", d.vocab.keys.size(),
-                   d.vocab.values.size(), d.vocab.bos, s.position_offset, d.fingerprint);
+  o << fmt::format("candidates: {} keys, {} values; filler {}; BOS {}; position offset {}; fingerprint {}\n",
+                   d.vocab.keys.size(), d.vocab.values.size(), show(d.vocab.filler_text), d.vocab.bos, s.position_offset,
+                   d.fingerprint);
   o << fmt::format("{:>8} {:>6} {:>12} {:>12} {:>10}\n", "residue", "n", "mean", "variance", "SD");
   for (const GroupMoments& g : d.groups)
     o << fmt::format("{:>8} {:>6} {:>12.3f} {:>12.3f} {:>10.3f}\n", g.residue, g.n, g.mean, g.var, std::sqrt(g.var));

@@ -34,7 +34,8 @@ struct NeedleSpec {
   int value_tokens = 1;            // tokens of a value in context (after the separator)
   std::string separator = ":";     // between key and value
   std::string delimiter = "\n";    // after each record
-  std::string filler = " .";       // one filler token, repeated to shift the records
+  std::string filler;              // one filler token, repeated to shift the records ("": the first of
+                                   // " .", " -", " the", " x" that is one token and keeps apart)
   std::string header = "Below is a list of records, one per line: a key, a colon and its value. Remember every value.\n";
   std::string question = "The list is over. Recall the value of this key by completing its record:\n";
   double middle = 0.1;             // the target record is drawn from the middle (1 +- 2 middle) / 2 of the records
@@ -51,6 +52,7 @@ struct NeedleVocab {
   std::vector<int> header, filler, filler_end, separator, delimiter, question;  // filler: exactly 1 token
   std::vector<std::vector<int>> keys, values;  // candidates of the wanted length, distinct
   std::vector<std::string> key_text, value_text;
+  std::string filler_text;  // the filler chosen
 };
 
 struct NeedleBase {

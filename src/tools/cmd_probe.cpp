@@ -59,7 +59,7 @@ void add_probe_command(CLI::App& app) {
   needle->add_option("--key-tokens", n->spec.key_tokens, "tokens per key");
   needle->add_option("--value-tokens", n->spec.value_tokens, "tokens per value (exact match of all of them)");
   needle->add_option("--separator", n->spec.separator, "between key and value");
-  needle->add_option("--filler", n->spec.filler, "one filler token, repeated to shift the records");
+  needle->add_option("--filler", n->spec.filler, "one filler token, repeated to shift the records (default: chosen)");
   needle->add_option("--keys-file", n->keys_file, "candidate keys, one per line (default: built-in nouns)");
   needle->add_option("--values-file", n->values_file, "candidate values, one per line, with their leading space");
   needle->add_option("--seed", n->spec.seed, "seed of the records and shifts");
