@@ -40,6 +40,14 @@ nlohmann::json journal_record_to_json(const JournalRecord& r) {
   j["model"] = r.model;
   j["layout"] = r.layout;
   j["tokens_hash"] = r.tokens_hash;
+  if (!r.expected_seq.empty()) j["expected_seq"] = r.expected_seq;
+  if (!r.answer_seq.empty()) j["answer_seq"] = r.answer_seq;
+  if (!r.logprob_seq.empty()) {
+    nlohmann::json lps = nlohmann::json::array();
+    for (double lp : r.logprob_seq) lps.push_back(std::isfinite(lp) ? nlohmann::json(lp) : nlohmann::json(nullptr));
+    j["logprob_seq"] = lps;
+  }
+  if (!r.expected_text.empty()) j["expected_text"] = r.expected_text;
   return j;
 }
 
@@ -89,6 +97,15 @@ JournalRecord journal_record_from_json(const nlohmann::json& j, const std::strin
     r.layout = j.value(field, std::string());
     field = "tokens_hash";
     r.tokens_hash = j.value(field, std::string());
+    field = "expected_seq";
+    if (j.contains(field)) r.expected_seq = j.at(field).get<std::vector<int>>();
+    field = "answer_seq";
+    if (j.contains(field)) r.answer_seq = j.at(field).get<std::vector<int>>();
+    field = "logprob_seq";
+    if (j.contains(field))
+      for (const auto& e : j.at(field)) r.logprob_seq.push_back(e.is_null() ? std::nan("") : e.get<double>());
+    field = "expected_text";
+    r.expected_text = j.value(field, std::string());
   } catch (const nlohmann::json::exception& e) {
     fail(where, std::string("field '") + field + "' is missing or has the wrong type (" + e.what() + ")",
          "this is not a phasescope journal line; delete the journal (or the line) and rerun");

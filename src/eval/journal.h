@@ -36,9 +36,19 @@ struct JournalRecord {
   std::string model;                         // preset / run name
   std::string layout;                        // layout_fingerprint(): refuses mixing runs in one journal
   std::string tokens_hash;                   // FNV-1a of the prompt tokens (hex): the same sample on resume
+  // Optional (written only when set; journals without them read as before). Answers of several
+  // tokens (probes over HTTP): each expected token, the backend's top-1 at its position given the
+  // prompt and the expected tokens before it (teacher forcing: all equal <=> greedy decoding gives
+  // the answer), and log p of each expected token. `expected` / `answer` / `logprob` are the first's.
+  std::vector<int> expected_seq;
+  std::vector<int> answer_seq;
+  std::vector<double> logprob_seq;
+  std::string expected_text;  // the expected answer as text, for people reading the journal
 
   bool scored() const { return error.empty(); }
-  bool correct() const { return scored() && answer == expected; }
+  bool correct() const {
+    return scored() && (expected_seq.size() > 1 ? answer_seq == expected_seq : answer == expected);
+  }
 };
 
 nlohmann::json journal_record_to_json(const JournalRecord& r);

@@ -244,6 +244,11 @@ std::vector<int> spread(int balls, int slots, std::mt19937_64& rng) {
 
 }  // namespace
 
+std::vector<std::vector<int>> layout_balanced_shifts(const std::vector<int64_t>& a, int R, uint64_t seed) {
+  if (a.empty() || R < 1) fail("layout", "no base examples or R < 1", "pass at least one base example and R >= 1");
+  return balanced_shifts(a, R, seed);
+}
+
 void layout_moments(const std::vector<int64_t>& target_pos, const std::vector<int>& residue, int R,
                     std::vector<GroupMoments>* groups, double* mean, double* var, double* mean_range,
                     double* sd_range) {

@@ -79,6 +79,12 @@ void layout_moments(const std::vector<int64_t>& target_pos, const std::vector<in
                     std::vector<GroupMoments>* groups, double* mean, double* var, double* mean_range,
                     double* sd_range);
 
+// The balanced paired shifts (layout.cpp explains them): a[b] is base example b's target position with
+// no shift; returns shift[b][r] in [0, 2R) with (a[b] + shift[b][r]) % R == r, chosen so that the
+// groups' means are equal (exactly when R divides the number of bases) and their variances nearly so.
+// Shared with the HTTP probes (probe/needle.h), whose records are placed the same way.
+std::vector<std::vector<int>> layout_balanced_shifts(const std::vector<int64_t>& a, int R, uint64_t seed);
+
 // Build, render and check the design. Throws Error when the spec is invalid or the measured group
 // moments differ by more than tol_mean / tol_sd (the message says by how much and what to change).
 LayoutDesign layout_build(const LayoutSpec& spec);

@@ -71,17 +71,17 @@ JournalRecord make_record(const LayoutSample& s, const EvalOptions& opt, const s
 }
 
 void write_outputs(const EvalResults& res, const EvalOptions& opt, const std::string& out_dir) {
-  results_write_json(res, out_dir + "/results.json");
-  report_write_text(out_dir + "/per_residue.csv", results_csv({res}));
-  report_write_text(out_dir + "/table.txt", results_format_table(res));
-  if (opt.report) {
-    ReportDoc doc =
-        eval_report_doc({res}, out_dir, "phasescope eval: " + res.meta.model + " · " + res.meta.protocol);
-    report_write(doc, out_dir + "/report.html");
-  }
+  eval_write_outputs(res, opt.report, out_dir, "phasescope eval: " + res.meta.model + " · " + res.meta.protocol);
 }
 
 }  // namespace
+
+void eval_write_outputs(const EvalResults& res, bool report, const std::string& out_dir, const std::string& title) {
+  results_write_json(res, out_dir + "/results.json");
+  report_write_text(out_dir + "/per_residue.csv", results_csv({res}));
+  report_write_text(out_dir + "/table.txt", results_format_table(res));
+  if (report) report_write(eval_report_doc({res}, out_dir, title), out_dir + "/report.html");
+}
 
 EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design, const std::string& out_dir,
                               const std::string& backend_description, double wall_s) {

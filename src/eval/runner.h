@@ -35,6 +35,10 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
 EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design, const std::string& out_dir,
                               const std::string& backend_description, double wall_s);
 
+// Write results.json, per_residue.csv, table.txt and (report = true) the plots and report.html of one
+// run into out_dir. Used by run_eval and by the HTTP probes (probe/needle.h) so their outputs match.
+void eval_write_outputs(const EvalResults& res, bool report, const std::string& out_dir, const std::string& title);
+
 // Read several results.json files (e.g. models x protocols for `reproduce`) and write, into out_dir,
 // report.html (one figure per protocol with a series per model), results.csv and compare.txt.
 // Returns the runs in the order given.

@@ -1,5 +1,7 @@
 // cmd_eval.cpp — `phasescope eval --checkpoint DIR --task lookup --protocol prefix|in-sequence
-// --samples N --out DIR`: the phase-stratified evaluation of one checkpoint, in process.
+// --samples N --out DIR`: the phase-stratified evaluation of one checkpoint, in process; or, with
+// `--base-url URL --model NAME` (and --checkpoint DIR or --preset NAME for the task's design), the same
+// layout scored over HTTP by a served model (e.g. `phasescope serve`), with identical journal and report.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -8,20 +10,25 @@
 #include "core/runtime.h"
 #include "eval/model_backend.h"
 #include "eval/runner.h"
+#include "model/config.h"
 #include "tools/commands.h"
+#include "tools/http_flags.h"
 
 namespace phasescope {
 
 void add_eval_command(CLI::App& app) {
   struct Args {
-    std::string checkpoint, task = "lookup", protocol = "prefix", out;
+    std::string checkpoint, preset, task = "lookup", protocol = "prefix", out;
+    HttpArgs http;
     int64_t samples = 1152;
     int R = 24, bootstrap = 2000;
     uint64_t seed = 1;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "accuracy per phase of a checkpoint, with intervals and tests");
-  cmd->add_option("--checkpoint", a->checkpoint, "checkpoint directory (or .safetensors file)")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "checkpoint directory (or .safetensors file)");
+  cmd->add_option("--preset", a->preset, "with --base-url: the preset whose task the served model was trained on");
+  add_http_flags(cmd, a->http, false);
   cmd->add_option("--task", a->task, "evaluation task (lookup)")->check(CLI::IsMember({"lookup"}));
   cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")->check(CLI::IsMember({"prefix", "in-sequence"}));
   cmd->add_option("--samples", a->samples, "about this many prompts (rounded up to whole paired blocks)");
@@ -31,6 +38,26 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--out", a->out, "output directory (journal, results.json, CSV, plots, report.html)")->required();
   cmd->callback([a] {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
+    if (!a->http.base_urls.empty()) {
+      // over HTTP: the design from the preset, the answers from the server (token-id prompts)
+      if (a->http.model.empty()) fail("eval --base-url", "--model is required", "pass --model NAME as the server lists it");
+      if (a->checkpoint.empty() == a->preset.empty())
+        fail("eval --base-url", "the design needs exactly one of --checkpoint (its preset) or --preset",
+             "pass --preset NAME (the served model's preset)");
+      const Preset p = a->preset.empty() ? model_load(a->checkpoint).preset : preset_load(a->preset);
+      EvalOptions opt = eval_options_for(p, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
+      opt.bootstrap = a->bootstrap;
+      ProbeConnectOptions co = http_connect_options(a->http);
+      co.tokens = false;  // phasescope's own vocabulary: ids in, ids out
+      co.api.bos_id = opt.layout.task.vocab.bos();
+      ProbeConnection c = probe_connect(co);
+      fmt::print("model: {}\n", c.backend->describe());
+      EvalResults r = run_eval(*c.backend, opt, a->out);
+      fmt::print("{}\n", results_format_table(r));
+      fmt::print("wrote {}/results.json, per_residue.csv, report.html\n", a->out);
+      return;
+    }
+    if (a->checkpoint.empty()) fail("eval", "--checkpoint is required (or --base-url for a served model)", "pass --checkpoint DIR");
 
     // the model and the design
     LoadedModel m = model_load(a->checkpoint);

@@ -13,5 +13,6 @@ void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)
 void add_explain_command(CLI::App& app);    // knockouts, gate profiles, gate cycling (cmd_explain.cpp)
 void add_tokenize_command(CLI::App& app);   // text -> token ids with a tokenizer.json (cmd_tokenize.cpp)
 void add_serve_command(CLI::App& app);      // OpenAI-compatible HTTP server over a checkpoint (cmd_serve.cpp)
+void add_probe_command(CLI::App& app);      // needle / flip probes of a served model over HTTP (cmd_probe.cpp)
 
 }  // namespace phasescope

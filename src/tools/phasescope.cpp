@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   phasescope::add_theory_command(app);
   phasescope::add_tokenize_command(app);
   phasescope::add_serve_command(app);
+  phasescope::add_probe_command(app);
 
   // run the chosen one
   try {
