@@ -4,7 +4,8 @@
 // the same top-5 ids, log-probs equal within 1e-5 (the answer's log-prob over HTTP comes from an echo
 // request, a different slice of the same forward), and therefore identical per-residue tables.
 // Both protocols, R = 8, on a tiny untrained checkpoint: exactness matters here, not accuracy.
-// The HTTP scorer is private to this test until the http branch's HttpBackend replaces it.
+// Two clients: a minimal scorer written here (the wire format by hand), and the product's HttpBackend
+// (what `phasescope eval --base-url` runs), which must agree with the in-process tables as well.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include "eval/journal.h"
 #include "eval/model_backend.h"
 #include "eval/runner.h"
+#include "http/http_pool.h"
+#include "http/openai_client.h"
 #include "serve_testing.h"
 
 namespace phasescope {
@@ -159,6 +162,56 @@ TEST(ServeCrossCheck, InProcessAndHttpGiveIdenticalAnswersAndTables) {
   std::printf("  HTTP scorer: %lld requests; server: %lld forward passes, largest batch %d\n",
               (long long)http.requests, (long long)server.stats().forwards, server.stats().max_rows);
   server.shutdown();
+  std::filesystem::remove_all(ckpt);
+}
+
+// The same comparison through the product's client: HttpBackend (pool, retries, verified positions,
+// echo for the answer's log-prob), i.e. `phasescope eval --base-url URL --model NAME --checkpoint DIR`.
+TEST(ServeCrossCheck, HttpBackendMatchesInProcess) {
+  const std::string ckpt = lightly_trained_checkpoint();
+  Server server(ts::local_options(ckpt));
+  ModelBackend local(model_load(ckpt), "tiny-w8s8");
+  HttpOptions ho;
+  ho.base_urls = {"http://127.0.0.1:" + std::to_string(server.port())};
+  ho.api_key_env = "";
+  ho.concurrency = 8;
+  ho.retries = 0;
+  HttpPool pool(ho);
+  OpenAIOptions oo;
+  oo.model = server.model_id();
+  oo.echo = true;
+  oo.require_usage = true;
+  oo.bos_id = 0;
+  HttpBackend http(pool, oo, nullptr);
+
+  EvalOptions o = eval_options_for(local.preset(), PadProtocol::Prefix, 192, 8, 5);
+  o.bootstrap = 200;
+  o.report = false;
+  o.log = nullptr;
+  const std::string dir_local = ts::temp_dir("xcheck2-local"), dir_http = ts::temp_dir("xcheck2-http");
+  const EvalResults a = run_eval(local, o, dir_local);
+  const EvalResults b = run_eval(http, o, dir_http);
+  const JournalLoad ja = journal_load(dir_local + "/journal.jsonl"), jb = journal_load(dir_http + "/journal.jsonl");
+  ASSERT_EQ(jb.records.size(), ja.records.size());
+  std::map<int64_t, const JournalRecord*> by_id;
+  for (const JournalRecord& r : jb.records) by_id[r.id] = &r;
+  int64_t correct = 0;
+  for (const JournalRecord& x : ja.records) {
+    const JournalRecord* y = by_id[x.id];
+    ASSERT_NE(y, nullptr) << x.id;
+    ASSERT_TRUE(y->scored()) << y->error;
+    EXPECT_EQ(x.answer, y->answer) << "sample " << x.id;
+    EXPECT_NEAR(x.logprob, y->logprob, 1e-5) << "sample " << x.id;
+    correct += x.correct();
+  }
+  EXPECT_GT(correct, 0);
+  for (size_t r = 0; r < a.stats.per_residue.size(); ++r)
+    EXPECT_EQ(a.stats.per_residue[r].correct, b.stats.per_residue[r].correct) << r;
+  EXPECT_EQ(results_format_table(a), results_format_table(b));
+  EXPECT_EQ(results_csv({a}), results_csv({b}));
+  server.shutdown();
+  std::filesystem::remove_all(dir_local);
+  std::filesystem::remove_all(dir_http);
   std::filesystem::remove_all(ckpt);
 }
 
