@@ -23,7 +23,7 @@ struct Vocab {
   bool is_key(int tok) const { return tok >= key(0) && tok < key(n_keys); }
 };
 
-// e.g. "bos", "f3", "k17", "n101", "b'a'" — for journals and debugging.
+// e.g. "bos", "f3", "k17", "n101", "b97" (byte 97) — for journals, debugging and the serve text codec.
 std::string vocab_token_name(const Vocab& v, int tok);
 
 }  // namespace phasescope
