@@ -52,10 +52,8 @@ PadProtocol pad_protocol_parse(const std::string& name, const std::string& where
   fail(where, "unknown padding protocol '" + name + "'", "use prefix or in-sequence");
 }
 
-namespace {
-
 // A 64-bit mix of a seed and two labels (SplitMix64 finalizer): independent per-sample streams.
-uint64_t mix64(uint64_t seed, uint64_t a, uint64_t b) {
+uint64_t layout_mix64(uint64_t seed, uint64_t a, uint64_t b) {
   uint64_t z = seed ^ (a * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -63,7 +61,7 @@ uint64_t mix64(uint64_t seed, uint64_t a, uint64_t b) {
 }
 
 // Uniform integer in [0, n) without modulo bias (library-independent, unlike std:: distributions).
-int below(std::mt19937_64& rng, int n) {
+int layout_below(std::mt19937_64& rng, int n) {
   const uint64_t un = static_cast<uint64_t>(n);
   const uint64_t limit = UINT64_MAX - UINT64_MAX % un;
   uint64_t x;
@@ -71,6 +69,8 @@ int below(std::mt19937_64& rng, int n) {
   while (x >= limit);
   return static_cast<int>(x % un);
 }
+
+namespace {
 
 int mod(int64_t a, int R) { return static_cast<int>(((a % R) + R) % R); }
 
@@ -81,7 +81,7 @@ std::vector<char> choose_subset(const std::vector<int>& v, int k, int64_t V, std
   const int n = static_cast<int>(v.size());
   std::vector<int> order(n);
   for (int i = 0; i < n; ++i) order[i] = i;
-  for (int i = n - 1; i > 0; --i) std::swap(order[i], order[below(rng, i + 1)]);
+  for (int i = n - 1; i > 0; --i) std::swap(order[i], order[layout_below(rng, i + 1)]);
   const int vmax = *std::max_element(v.begin(), v.end());
   // buckets[value] = items with that value, inside / outside the subset
   std::vector<std::vector<int>> in(vmax + 1), out(vmax + 1);
@@ -228,7 +228,7 @@ std::vector<std::vector<int>> balanced_shifts(const std::vector<int64_t>& a, int
   // 3. which samples of each group are bumped
   std::vector<std::vector<int>> shift(n, std::vector<int>(R));
   for (int r = 0; r < R; ++r) {
-    std::mt19937_64 rng(mix64(seed, 0x5b5e7ull, static_cast<uint64_t>(r)));
+    std::mt19937_64 rng(layout_mix64(seed, 0x5b5e7ull, static_cast<uint64_t>(r)));
     const std::vector<char> bump = choose_subset(v[r], k[r], pick_V(r, target), rng);
     for (int b = 0; b < n; ++b) shift[b][r] = p0[b][r] + (bump[b] ? R : 0);
   }
@@ -238,7 +238,7 @@ std::vector<std::vector<int>> balanced_shifts(const std::vector<int64_t>& a, int
 // Spread `balls` filler tokens over `slots` slots, each token in a uniformly random slot.
 std::vector<int> spread(int balls, int slots, std::mt19937_64& rng) {
   std::vector<int> out(slots, 0);
-  for (int i = 0; i < balls; ++i) out[below(rng, slots)]++;
+  for (int i = 0; i < balls; ++i) out[layout_below(rng, slots)]++;
   return out;
 }
 
@@ -365,7 +365,7 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
       s.base = b;
       s.mapping_id = ex[b].mapping_id;
       s.shift = shift[b][r];
-      std::mt19937_64 srng(mix64(spec.seed, 0xf111e7ull, static_cast<uint64_t>(s.id)));
+      std::mt19937_64 srng(layout_mix64(spec.seed, 0xf111e7ull, static_cast<uint64_t>(s.id)));
       int prefix = 0, post = 0;
       std::vector<int> gaps(N - 1, 0);
       if (spec.protocol == PadProtocol::Prefix) {
@@ -385,9 +385,9 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
       LookupTokens t = lookup_render(spec.task, ex[b], prefix, gaps, post, srng);
       if (spec.offset > 0) {
         // the "shift all inputs by k" control: the very same prompt with k more fillers after BOS
-        std::mt19937_64 orng(mix64(spec.seed, 0x0ff5e7ull, static_cast<uint64_t>(s.id)));
+        std::mt19937_64 orng(layout_mix64(spec.seed, 0x0ff5e7ull, static_cast<uint64_t>(s.id)));
         std::vector<int> extra(spec.offset);
-        for (int& e : extra) e = spec.task.vocab.filler(below(orng, spec.task.vocab.n_fillers));
+        for (int& e : extra) e = spec.task.vocab.filler(layout_below(orng, spec.task.vocab.n_fillers));
         t.tokens.insert(t.tokens.begin() + 1, extra.begin(), extra.end());
         t.target_pos += spec.offset;
         t.query_pos += spec.offset;

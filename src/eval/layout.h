@@ -8,6 +8,7 @@
 // Not here: scoring (backend.h), journals or statistics.
 #pragma once
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,12 @@ std::string layout_format_moments(const LayoutDesign& d);
 
 // One line that identifies the spec (journals refuse to mix samples of different specs).
 std::string layout_fingerprint(const LayoutSpec& spec);
+
+// The layout's seeded randomness, also used by the needle probe (probe/needle.cpp) so both place
+// samples the same way: a SplitMix64 mix of a seed and two labels (independent per-sample streams),
+// and a uniform integer in [0, n) without modulo bias (library-independent, unlike std:: distributions).
+uint64_t layout_mix64(uint64_t seed, uint64_t a, uint64_t b);
+int layout_below(std::mt19937_64& rng, int n);
 
 // Base examples for about `samples` prompts: ceil(samples / R) rounded up to a multiple of R (the
 // smallest counts for which the group means can be exactly equal). At least R.

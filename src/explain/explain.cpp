@@ -121,9 +121,9 @@ PhaseAccuracy explain_accuracy(DecoderImpl& model, const LayoutDesign& design, i
   int64_t total_ok = 0;
   for (size_t i = 0; i < design.samples.size(); i += size_t(batch)) {
     const size_t j = std::min(design.samples.size(), i + size_t(batch));
-    auto tokens = batch_tokens(design, i, j);                                           // [B, T]
-    auto h = model.hidden(tokens).select(1, tokens.size(1) - 1);                        // [B, d]
-    auto top = model.unembed(h).argmax(-1);                                             // [B]
+    std::vector<const std::vector<int>*> prompts;
+    for (size_t k = i; k < j; ++k) prompts.push_back(&design.samples[k].tokens);
+    auto top = model_last_logprobs(model, prompts).argmax(-1);                          // [B]: eval's forward pass
     auto ta = top.accessor<int64_t, 1>();
     for (size_t k = i; k < j; ++k) {
       const LayoutSample& s = design.samples[k];

@@ -25,21 +25,6 @@ namespace phasescope {
 
 namespace {
 
-uint64_t mix64(uint64_t seed, uint64_t a, uint64_t b) {
-  uint64_t z = seed ^ (a * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-int below(std::mt19937_64& rng, int n) {
-  const uint64_t un = static_cast<uint64_t>(n), limit = UINT64_MAX - UINT64_MAX % un;
-  uint64_t x;
-  do x = rng();
-  while (x >= limit);
-  return static_cast<int>(x % un);
-}
-
 // encode(before + piece) minus encode(before), from texts encoded together; false when they merge.
 bool strip_prefix(const std::vector<int>& before, const std::vector<int>& both, std::vector<int>* out) {
   if (both.size() < before.size() || !std::equal(before.begin(), before.end(), both.begin())) return false;
@@ -84,24 +69,24 @@ std::vector<int> render_tokens(const NeedleDesign& d, int b, int s, int64_t* tar
 }
 
 NeedleBase draw_base(const NeedleDesign& d, int b, int attempt) {
-  std::mt19937_64 rng(mix64(d.spec.seed, 0x6e656564ull + uint64_t(b), uint64_t(attempt)));
+  std::mt19937_64 rng(layout_mix64(d.spec.seed, 0x6e656564ull + uint64_t(b), uint64_t(attempt)));
   const int N = d.n_records, nk = int(d.vocab.keys.size()), nv = int(d.vocab.values.size());
   const int lo = std::max(0, int(std::floor(N * (0.5 - d.spec.middle))));
   const int hi = std::min(N - 1, std::max(lo, int(std::ceil(N * (0.5 + d.spec.middle))) - 1));
   NeedleBase base;
   base.attempt = attempt;
-  base.target = lo + below(rng, hi - lo + 1);
-  const int kt = below(rng, nk);
+  base.target = lo + layout_below(rng, hi - lo + 1);
+  const int kt = layout_below(rng, nk);
   base.key.resize(size_t(N));
   base.value.resize(size_t(N));
   for (int i = 0; i < N; ++i) {
     int k = kt;
     if (i != base.target) {  // any key but the target's: the target key appears once before the query
-      k = below(rng, nk - 1);
+      k = layout_below(rng, nk - 1);
       if (k >= kt) ++k;
     }
     base.key[size_t(i)] = k;
-    base.value[size_t(i)] = below(rng, nv);
+    base.value[size_t(i)] = layout_below(rng, nv);
   }
   return base;
 }
@@ -366,7 +351,7 @@ ProbeSample needle_render(const NeedleDesign& d, int64_t id, const std::string& 
   j.id = id;
   j.seed = d.spec.seed;
   j.base = b;
-  j.cluster = fmt::format("{:016x}", mix64(d.spec.seed, 0x6e656564ull + uint64_t(b), uint64_t(base.attempt)));
+  j.cluster = fmt::format("{:016x}", layout_mix64(d.spec.seed, 0x6e656564ull + uint64_t(b), uint64_t(base.attempt)));
   j.R = R;
   j.residue = static_cast<int>(tp % R);
   j.target_pos = tp;
