@@ -5,12 +5,14 @@ training-speed benchmark (bench/train_bench.cpp runs it; Debian's python3-torch,
 What it is: a Qwen3-style decoder (pre-RMSNorm, RoPE on the last dims in interleaved pairs, Q/K
 RMSNorm, MQA, optional SwiGLU MLP, tied embeddings) with full attention or the paper's W/S chunked
 compressor (scalar gates, per-offset payload maps, separate K/V, 16-token window), trained with
-AdamW on random tokens for a fixed number of steps. The compressed path is written as a research
+AdamW for a fixed number of steps on random tokens, or on the batches in --data (raw int64: per step
+tokens [B, T] then targets [B, T], -1 = no loss; the logits of every row are computed and the
+unscored ones masked with ignore_index, the usual research way). The compressed path is written as a research
 prototype would: raw keys and compressed entries concatenated, one T x (T + N) score matrix with a
 mask. It prints one line: "tokens_per_s <float>".
 What it is not: a reference for correctness (tests/ use the C++ loop reference) or part of the product.
 Usage: torch_reference.py --kind full|chunked --d 128 --layers 2 --heads 4 --head-dim 32 --seq 256
-       --batch 32 --steps 20 --vocab 529 [--mlp 0] [--tune-malloc] [--threads N]
+       --batch 32 --steps 20 --vocab 529 [--mlp 0] [--tune-malloc] [--threads N] [--data FILE]
 """
 import argparse
 import ctypes
@@ -33,6 +35,7 @@ p.add_argument("--S", type=int, default=8)
 p.add_argument("--window", type=int, default=16)
 p.add_argument("--threads", type=int, default=0)
 p.add_argument("--tune-malloc", action="store_true")
+p.add_argument("--data", default="")
 a = p.parse_args()
 
 if a.tune_malloc:  # the same glibc settings as phasescope's runtime_init
@@ -139,13 +142,18 @@ class Model(nn.Module):
 
 model = Model()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-tok = torch.randint(0, a.vocab, (a.batch, a.seq))
-tgt = torch.randint(0, a.vocab, (a.batch, a.seq))
+if a.data:
+    raw = torch.from_numpy(__import__("numpy").fromfile(a.data, dtype="<i8")).view(-1, 2, a.batch, a.seq)
+    assert raw.shape[0] >= a.steps + 2, "--data holds fewer than steps + 2 batches"
+    batches = [(raw[s, 0], raw[s, 1]) for s in range(a.steps + 2)]
+else:
+    batches = [(torch.randint(0, a.vocab, (a.batch, a.seq)), torch.randint(0, a.vocab, (a.batch, a.seq)))] * (a.steps + 2)
 for step in range(a.steps + 2):
     if step == 2:
         t0 = time.perf_counter()
+    tok, tgt = batches[step]
     opt.zero_grad()
-    loss = F.cross_entropy(model(tok).reshape(-1, a.vocab), tgt.reshape(-1))
+    loss = F.cross_entropy(model(tok).reshape(-1, a.vocab), tgt.reshape(-1), ignore_index=-1)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()

@@ -128,6 +128,120 @@ TEST(Tasks, ExamplesRecordTrueKeyPositionsAndFillTheSequence) {
   EXPECT_EQ(phases.size(), 8u);
 }
 
+TEST(Tasks, RepeatedSegmentRowsAreInductionExamples) {
+  TaskConfig c;
+  c.seq_len = 120;
+  Vocab v = task_vocab(c);
+  std::mt19937_64 rng(5);
+  std::set<size_t> lengths;
+  for (int i = 0; i < 50; ++i) {
+    Example e = repeat_example(c, v, rng);
+    ASSERT_EQ(int(e.tokens.size()), c.seq_len);
+    const size_t L = e.key_pos.size();
+    lengths.insert(L);
+    ASSERT_GE(L, 8u);
+    ASSERT_LE(2 * L + 1, size_t(c.seq_len));
+    ASSERT_EQ(e.query_pos.size(), L - 1);
+    std::set<int> distinct;
+    for (int64_t k : e.key_pos) {
+      const int tok = e.tokens[size_t(k)];
+      EXPECT_TRUE(v.is_key(tok) || v.is_name(tok));
+      distinct.insert(tok);
+    }
+    EXPECT_EQ(distinct.size(), L) << "segment tokens are distinct, so the earlier occurrence is unique";
+    int scored = 0;
+    for (size_t t = 0; t < e.targets.size(); ++t) scored += e.targets[t] >= 0;
+    EXPECT_EQ(scored, int(L) - 1);
+    for (size_t q = 0; q < e.query_pos.size(); ++q) {
+      const int64_t qp = e.query_pos[q], kp = e.query_key_pos[q];
+      EXPECT_LT(kp, qp);
+      EXPECT_EQ(e.tokens[size_t(qp)], e.tokens[size_t(kp)]);
+      EXPECT_EQ(e.targets[size_t(qp)], e.tokens[size_t(kp + 1)]) << "the answer is the token after the first occurrence";
+      EXPECT_EQ(e.tokens[size_t(qp + 1)], e.targets[size_t(qp)]);
+    }
+  }
+  EXPECT_GT(lengths.size(), 10u) << "segment lengths vary, so no fixed offset solves the task";
+  // the stream mixes them in at the configured ratio, and only before repeat_steps
+  c.repeat_ratio = 0.5;
+  c.repeat_steps = 100;
+  c.n_records = 16;
+  c.n_demos = 4;
+  TaskStream st(c, 11);
+  int repeats_early = 0, repeats_late = 0;
+  for (int i = 0; i < 400; ++i) repeats_early += int(st.next(10).query_pos.size()) != c.n_demos + 1;
+  for (int i = 0; i < 100; ++i) repeats_late += int(st.next(100).query_pos.size()) != c.n_demos + 1;
+  EXPECT_NEAR(repeats_early / 400.0, 0.5, 0.1);
+  EXPECT_EQ(repeats_late, 0);
+}
+
+TEST(Tasks, LengthCurriculumShortensRowsThenReachesTheFullTask) {
+  TaskConfig c;
+  c.seq_len = 256;
+  c.n_records = 64;
+  c.n_demos = 16;
+  c.min_records = 4;
+  c.curriculum_steps = 900;
+  c.curriculum_length = true;
+  c.repeat_ratio = 0.5;
+  TaskConfig s0 = curriculum_task(c, 0), mid = curriculum_task(c, 450), end = curriculum_task(c, 900);
+  EXPECT_EQ(s0.n_records, 4);
+  EXPECT_EQ(s0.seq_len, 32);                                   // 256 * 4 / 64 = 16, raised to the floor of 32
+  EXPECT_EQ(mid.n_records, 34);
+  EXPECT_EQ(mid.seq_len, 136);                                 // records need 2 + 2 * 34 + 2 * 16 = 102 < 256 * 34 / 64
+  EXPECT_EQ(end.seq_len, 256);
+  EXPECT_EQ(end.n_records, 64);
+  EXPECT_EQ(curriculum_task(c, 899).seq_len, 252);             // 63 records
+  // every row of a step has the stage's length, lookup and repeated rows alike
+  TaskStream st(c, 3);
+  for (int64_t step : {0, 100, 450, 899, 900, 5000})
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(int(st.next(step).tokens.size()), curriculum_task(c, step).seq_len) << step;
+  // mqar: pairs shrink in proportion (at least 2), and the rows still fit
+  c.task = "mqar";
+  c.mqar_pairs = 32;
+  c.mqar_queries = 16;
+  TaskConfig m0 = curriculum_task(c, 0);
+  EXPECT_EQ(m0.mqar_pairs, 2);
+  EXPECT_GE(m0.seq_len, 1 + 2 * 2 + 2 * 2);
+  TaskStream sm(c, 4);
+  Example e = sm.next(0);
+  EXPECT_EQ(int(e.tokens.size()), m0.seq_len);
+  // without curriculum_length only the content shrinks
+  c.curriculum_length = false;
+  EXPECT_EQ(curriculum_task(c, 0).seq_len, 256);
+}
+
+TEST(Training, ScoredRowLossEqualsTheDenseLoss) {
+  for (const std::string name : {"w8s8-1kv", "full-1kv"}) {
+    Preset p = tiny(name);
+    p.model.vocab_size = task_vocab(p.task).size();
+    torch::manual_seed(3);
+    Decoder m(p.model);
+    TaskStream st(p.task, 4);
+    const int64_t B = 3, T = p.task.seq_len;
+    auto tokens = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
+    for (int64_t b = 0; b < B; ++b) {
+      Example e = st.next(0);
+      for (int64_t t = 0; t < T; ++t) {
+        tokens[b][t] = e.tokens[size_t(t)];
+        targets[b][t] = e.targets[size_t(t)];
+      }
+    }
+    auto dense = lm_loss(m->forward(tokens), targets);
+    auto scored = lm_loss_scored(*m, tokens, targets);
+    EXPECT_NEAR(scored.item<double>(), dense.item<double>(), 1e-5) << name;
+    // and the gradients agree
+    dense.backward();
+    std::vector<torch::Tensor> g_dense;
+    for (auto& q : m->parameters()) g_dense.push_back(q.grad().clone()), q.mutable_grad().zero_();
+    lm_loss_scored(*m, tokens, targets).backward();
+    size_t i = 0;
+    for (auto& q : m->parameters()) {
+      EXPECT_TRUE(torch::allclose(q.grad(), g_dense[i], 1e-4, 1e-6)) << name << " parameter " << i;
+      ++i;
+    }
+  }
+}
+
 TEST(Tasks, StreamStateRestoresTheSameExamples) {
   TaskConfig c;
   c.seq_len = 180;
@@ -162,8 +276,13 @@ TEST(Training, ShortRunLossFalls) {
 }
 
 TEST(Training, ResumeIsExactlyTheStraightRun) {
-  for (const std::string name : {"w8s8-1kv", "dsv4-csa"}) {
+  for (const std::string name : {"w8s8-1kv", "dsv4-csa", "full-1kv"}) {
     Preset p = tiny(name);
+    if (name == "full-1kv") {  // the learning recipe: rows grow in length across the resume, repeats mixed in
+      p.task.curriculum_steps = 8;
+      p.task.curriculum_length = true;
+      p.task.repeat_ratio = 0.5;
+    }
     const std::string straight = tmp_dir("straight"), staged = tmp_dir("staged");
     train_run(p, quiet(straight));                          // 12 steps
     TrainOptions first = quiet(staged);

@@ -94,7 +94,8 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   // which raw key each query may see: [nb, L, KB*L] (broadcast over B, Hkv, G)
   auto qi = (torch::arange(nb, iopt).view({nb, 1, 1}) * L + torch::arange(L, iopt).view({1, L, 1}));
   auto ki = (torch::arange(nb, iopt).view({nb, 1, 1}) - (KB - 1)) * L + torch::arange(KB * L, iopt).view({1, 1, KB * L});
-  auto raw_ok = (ki >= 0) & (ki <= qi) & (qi < T);
+  // padded queries (qi >= T, dropped at the end) keep their causal keys, so no row is empty
+  auto raw_ok = (ki >= 0) & (ki <= qi);
   if (local.cover_end.defined()) {
     auto ce = torch::constant_pad_nd(local.cover_end, {0, Tp - T}).view({nb, L, 1});
     raw_ok = raw_ok & (ki + pos0 > ce);
@@ -122,7 +123,13 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
     parts.push_back(sink.view({1, Hkv, 1, G, 1, 1}).expand({B, Hkv, nb, G, L, 1}));
     masks.push_back(torch::ones({B, Hkv, nb, G, L, 1}, iopt.dtype(torch::kBool)));
   }
-  auto p = masked_softmax(torch::cat(parts, -1), torch::cat(masks, -1));
+  // a row can only be empty when the raw part may exclude the query itself (tail mode, window 0)
+  // and there is no sink; otherwise the fused softmax (one pass, fused backward) is exact
+  const bool never_empty = sink.defined() || local.all || (local.window >= 1 && !local.cover_end.defined());
+  auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
+  auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
+  auto p = never_empty ? torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1)
+                       : masked_softmax(scores, allowed);
   auto p_raw = p.narrow(-1, 0, KB * L);
   auto o = torch::matmul(p_raw, vw);                                                  // [B, Hkv, nb, G, L, D]
   if (N > 0) o = o + torch::matmul(p.narrow(-1, KB * L, N), vcb);

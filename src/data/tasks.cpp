@@ -2,6 +2,7 @@
 #include "data/tasks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -35,6 +36,21 @@ int curriculum_records(const TaskConfig& cfg, int64_t step) {
   if (cfg.curriculum_steps <= 0 || step >= cfg.curriculum_steps) return cfg.n_records;
   const double f = double(step) / double(cfg.curriculum_steps);
   return cfg.min_records + int(f * (cfg.n_records - cfg.min_records));
+}
+
+TaskConfig curriculum_task(const TaskConfig& cfg, int64_t step) {
+  if (cfg.curriculum_steps <= 0 || step >= cfg.curriculum_steps) return cfg;
+  TaskConfig c = cfg;
+  c.n_records = curriculum_records(cfg, step);
+  const double f = double(c.n_records) / double(cfg.n_records);
+  c.mqar_pairs = std::max(2, int(std::lround(f * cfg.mqar_pairs)));
+  if (cfg.curriculum_length) {
+    const int demos = std::min(cfg.n_demos, c.n_records - 1);
+    const int need = cfg.task == "mqar" ? 1 + 2 * c.mqar_pairs + 2 * std::min(c.mqar_queries, c.mqar_pairs)
+                                        : 2 + 2 * c.n_records + 2 * demos;
+    c.seq_len = std::min(cfg.seq_len, std::max({need, 32, int(std::ceil(f * cfg.seq_len))}));
+  }
+  return c;
 }
 
 Example lookup_train_example(const TaskConfig& cfg, const Vocab& v, int n_records, std::mt19937_64& rng) {
@@ -115,6 +131,44 @@ Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng
   return out;
 }
 
+Example repeat_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng) {
+  const int T = cfg.seq_len, pool = v.n_keys + v.n_names;
+  const int max_len = std::min(pool, (T - 1) / 2);
+  PS_ASSERT(max_len >= 2, "repeat_example: seq_len too short for a repeated segment");
+  const int L = std::uniform_int_distribution<int>(std::min(8, max_len), max_len)(rng);
+  // L distinct tokens from keys and names together (partial Fisher-Yates)
+  std::vector<int> seg(static_cast<size_t>(pool));
+  std::iota(seg.begin(), seg.end(), 0);
+  for (int i = 0; i < L; ++i) std::swap(seg[size_t(i)], seg[size_t(i + std::uniform_int_distribution<int>(0, pool - 1 - i)(rng))]);
+  seg.resize(size_t(L));
+  for (int& x : seg) x = x < v.n_keys ? v.key(x) : v.name(x - v.n_keys);
+  const auto slots = spread(T - 1 - 2 * L, 3, rng);  // before, between and after the two copies
+  std::uniform_int_distribution<int> filler(0, v.n_fillers - 1);
+  Example out;
+  auto& t = out.tokens;
+  auto pad = [&](int n) {
+    for (int i = 0; i < n; ++i) t.push_back(v.filler(filler(rng)));
+  };
+  t.push_back(v.bos());
+  pad(slots[0]);
+  for (int x : seg) {
+    out.key_pos.push_back(int64_t(t.size()));
+    t.push_back(x);
+  }
+  pad(slots[1]);
+  out.targets.assign(size_t(T), -1);
+  for (int i = 0; i < L; ++i) {
+    if (i + 1 < L) {  // the second copy's token i predicts token i + 1, found after the first copy's token i
+      out.targets[t.size()] = seg[size_t(i + 1)];
+      out.query_pos.push_back(int64_t(t.size()));
+      out.query_key_pos.push_back(out.key_pos[size_t(i)]);
+    }
+    t.push_back(seg[size_t(i)]);
+  }
+  pad(slots[2]);
+  return out;
+}
+
 Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text, std::mt19937_64& rng) {
   const size_t n = size_t(cfg.seq_len);  // BOS + n - 1 bytes, each predicting the next byte
   std::uniform_int_distribution<size_t> start(0, text.size() - n);
@@ -141,8 +195,12 @@ Example TaskStream::next(int64_t step) {
   if (cfg_.task == "text") return text_example(cfg_, vocab_, text_, rng_);
   if (cfg_.task == "mix" && std::uniform_real_distribution<double>(0, 1)(rng_) < cfg_.text_ratio)
     return text_example(cfg_, vocab_, text_, rng_);
-  if (cfg_.task == "mqar") return mqar_example(cfg_, vocab_, rng_);
-  return lookup_train_example(cfg_, vocab_, curriculum_records(cfg_, step), rng_);
+  const TaskConfig c = curriculum_task(cfg_, step);
+  if (c.repeat_ratio > 0 && (c.repeat_steps <= 0 || step < c.repeat_steps) &&
+      std::uniform_real_distribution<double>(0, 1)(rng_) < c.repeat_ratio)
+    return repeat_example(c, vocab_, rng_);
+  if (c.task == "mqar") return mqar_example(c, vocab_, rng_);
+  return lookup_train_example(c, vocab_, c.n_records, rng_);
 }
 
 std::string TaskStream::state() const {

@@ -1,7 +1,8 @@
 // tasks.h — seeded training/evaluation streams for the decoder: lookup (the paper's key -> name
 // task, loss on every demonstration name and on the answer), mqar (multi-query associative recall,
 // loss on every queried value), text (byte-level next-token prediction on a user's UTF-8 file) and
-// mix (lookup rows and text rows at a ratio). Every example has exactly seq_len tokens and records
+// mix (lookup rows and text rows at a ratio); lookup and mqar can mix in repeated-segment rows
+// (task.repeat_ratio), a dense induction signal. Every example has exactly seq_len tokens and records
 // the absolute position of every key and of every scored query, so evaluation can bucket by phase
 // without re-deriving anything. Torch-free; the stream's state is a string (checkpointed).
 // Not here: the padding protocols of the phase evaluation (eval/layout.h).
@@ -48,9 +49,17 @@ class TaskStream {
 // Generators used by the stream (exposed for tests and evaluation sets).
 Example lookup_train_example(const TaskConfig& cfg, const Vocab& v, int n_records, std::mt19937_64& rng);
 Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng);
+// A run of L distinct key/name tokens (L uniform in [8, (seq_len - 1) / 2], capped by the pool), filler
+// before, between and after, then the run again; loss on every token of the second copy but the last.
+// query_key_pos points at the token's first occurrence. A dense induction signal for warm-up mixing.
+Example repeat_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng);
 Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text, std::mt19937_64& rng);
 
 // Records in use at a step under the curriculum (min_records -> n_records over curriculum_steps).
 int curriculum_records(const TaskConfig& cfg, int64_t step);
+
+// The task as trained at a step: records (lookup), pairs/queries (mqar, scaled by records / n_records)
+// and, with curriculum_length, a shorter seq_len. After the curriculum it is cfg itself.
+TaskConfig curriculum_task(const TaskConfig& cfg, int64_t step);
 
 }  // namespace phasescope

@@ -49,6 +49,7 @@ const JsonTable<TaskConfig>& task_table() {
       {"n_demos", json_field(&TaskConfig::n_demos)},
       {"curriculum_steps", json_field(&TaskConfig::curriculum_steps)},
       {"min_records", json_field(&TaskConfig::min_records)},
+      {"curriculum_length", json_field(&TaskConfig::curriculum_length)},
       {"mqar_pairs", json_field(&TaskConfig::mqar_pairs)},
       {"mqar_queries", json_field(&TaskConfig::mqar_queries)},
       {"n_keys", json_field(&TaskConfig::n_keys)},
@@ -56,6 +57,8 @@ const JsonTable<TaskConfig>& task_table() {
       {"n_fillers", json_field(&TaskConfig::n_fillers)},
       {"text_file", json_field(&TaskConfig::text_file)},
       {"text_ratio", json_field(&TaskConfig::text_ratio)},
+      {"repeat_ratio", json_field(&TaskConfig::repeat_ratio)},
+      {"repeat_steps", json_field(&TaskConfig::repeat_steps)},
   };
   return t;
 }
@@ -97,6 +100,10 @@ void validate(const Preset& p, const std::string& where) {
   need(t.mqar_queries >= 1, where, "task.mqar_queries", "must be >= 1", "e.g. 16");
   need(t.n_fillers >= 1, where, "task.n_fillers", "must be >= 1", "e.g. 16");
   need(t.text_ratio >= 0 && t.text_ratio <= 1, where, "task.text_ratio", "must be in [0, 1]", "e.g. 0.25");
+  need(t.repeat_ratio >= 0 && t.repeat_ratio <= 1, where, "task.repeat_ratio", "must be in [0, 1]", "e.g. 0.5; 0 = off");
+  need(t.repeat_steps >= 0, where, "task.repeat_steps", "must be >= 0", "0 = repeated rows at every step");
+  need(t.repeat_ratio == 0 || t.task == "lookup" || t.task == "mqar", where, "task.repeat_ratio",
+       "repeated-segment rows mix into lookup or mqar only", "set it to 0 for task '" + t.task + "'");
   need((t.task != "text" && t.task != "mix") || !t.text_file.empty(), where, "task.text_file",
        "task '" + t.task + "' needs a text file", "set task.text_file (or --text FILE)");
   need(r.steps >= 0, where, "train.steps", "must be >= 0", "e.g. 1000");

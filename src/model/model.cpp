@@ -74,6 +74,15 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1));
 }
 
+torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, const torch::Tensor& targets) {
+  auto h = model.hidden(tokens);                                                      // [B, T, d]
+  auto flat = targets.reshape({-1});                                                  // [B*T]
+  auto rows = flat.ge(0).nonzero().squeeze(1);                                        // [N] flat b*T+t
+  PS_ASSERT(rows.numel() > 0, "lm_loss_scored: no position has a target");
+  auto logits = model.unembed(h.reshape({-1, h.size(-1)}).index_select(0, rows));    // [N, V]
+  return torch::nn::functional::cross_entropy(logits, flat.index_select(0, rows));
+}
+
 std::string model_describe(DecoderImpl& model) {
   const ModelConfig& c = model.config();
   int64_t n = 0;

@@ -44,6 +44,12 @@ torch::Tensor token_shift_apply(const torch::Tensor& x, const torch::Tensor& c);
 // Mean cross-entropy over positions whose target is >= 0. logits [B, T, V], targets [B, T].
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
+// The same mean cross-entropy without the dense logits: the final hidden state is gathered at the
+// positions whose target is >= 0 (rows = flat b * T + t) and only those rows are unembedded, so a
+// task scored at 17 of 256 positions (lookup) skips ~93% of the unembedding and its backward.
+// Equal to lm_loss(model.forward(tokens), targets) up to float summation order (tested).
+torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, const torch::Tensor& targets);
+
 // Parameter count and a one-line description, e.g. "2 layers [chunked W8/S8, chunked W8/S8], d=128, 0.3M params".
 std::string model_describe(DecoderImpl& model);
 

@@ -18,8 +18,8 @@ namespace {
 struct Overrides {
   std::optional<std::string> task, text;
   std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, token_shift, seq, batch, records, warmup, curriculum;
-  std::optional<int> eval_every;
-  std::optional<double> lr, text_ratio;
+  std::optional<int> eval_every, repeat_steps;
+  std::optional<double> lr, text_ratio, repeat_ratio;
   std::optional<uint64_t> seed;
 };
 
@@ -41,6 +41,8 @@ void add_override_options(CLI::App* cmd, Overrides& o) {
   cmd->add_option("--lr", o.lr, "peak learning rate");
   cmd->add_option("--warmup", o.warmup, "warmup steps");
   cmd->add_option("--curriculum", o.curriculum, "steps over which lookup records grow from min_records");
+  cmd->add_option("--repeat-ratio", o.repeat_ratio, "lookup/mqar: fraction of rows that are repeated segments (induction warm-up)");
+  cmd->add_option("--repeat-steps", o.repeat_steps, "repeated-segment rows only before this step (0 = always)");
   cmd->add_option("--eval-every", o.eval_every, "held-out evaluation period in steps (0 = off)");
   cmd->add_option("--seed", o.seed, "seed of initialization and data");
 }
@@ -62,6 +64,8 @@ void apply(Preset& p, const Overrides& o) {
   if (o.lr) p.train.lr = *o.lr;
   if (o.warmup) p.train.warmup = *o.warmup;
   if (o.curriculum) p.task.curriculum_steps = *o.curriculum;
+  if (o.repeat_ratio) p.task.repeat_ratio = *o.repeat_ratio;
+  if (o.repeat_steps) p.task.repeat_steps = *o.repeat_steps;
   if (o.eval_every) p.train.eval_every = *o.eval_every;
   if (o.seed) p.train.seed = *o.seed;
   if (o.layers) {  // repeat the preset's layer pattern to the new depth

@@ -238,7 +238,6 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
 
   // the loop
   const int64_t end = opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps) : tc.steps;
-  const int64_t T = preset.task.seq_len;
   auto t_start = std::chrono::steady_clock::now();
   auto t_window = t_start;
   int64_t window_tokens = 0;
@@ -260,7 +259,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     Batch b = make_batch(ex);
 
     optimizer.zero_grad();
-    auto loss = lm_loss(model->forward(b.tokens), b.targets);
+    auto loss = lm_loss_scored(*model, b.tokens, b.targets);  // logits only where a target is
     const double lv = loss.item<double>();
     if (!std::isfinite(lv)) {
       diverged(fmt::format("loss became {} at step {}", lv, step + 1));
@@ -277,7 +276,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     optimizer.step();
     ++step;
     res.loss = lv;
-    window_tokens += tc.batch * T;
+    window_tokens += b.tokens.numel();  // rows are shorter under a length curriculum
 
     // progress, evaluation, checkpoint
     const bool last = step == end;
