@@ -77,7 +77,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   auto qp = torch::constant_pad_nd(q, {0, 0, 0, 0, 0, Tp - T});
   auto qb = qp.view({B, nb, L, Hkv, G, D}).permute({0, 3, 1, 4, 2, 5});
 
-  // raw keys/values of the previous and current block: [B, Hkv, nb, 1, KB*L, D]
+  // raw keys/values of the previous and current block: [B, Hkv, nb, KB*L, D]
   auto blocks = [&](const torch::Tensor& t) {
     auto tp = torch::constant_pad_nd(t, {0, 0, 0, 0, 0, Tp - T});                   // [B, Tp, Hkv, D]
     auto cur = tp.view({B, nb, L, Hkv, D});
@@ -86,10 +86,14 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
       auto prev = torch::constant_pad_nd(tp.narrow(1, 0, Tp - L), {0, 0, 0, 0, L, 0}).view({B, nb, L, Hkv, D});
       kw = torch::cat({prev, cur}, 2);                                               // [B, nb, 2L, Hkv, D]
     }
-    return kw.permute({0, 3, 1, 2, 4}).unsqueeze(3);
+    return kw.permute({0, 3, 1, 2, 4});
   };
   auto kw = blocks(k), vw = blocks(v);
-  auto s_raw = torch::matmul(qb, kw.transpose(-1, -2)) * scale;                      // [B, Hkv, nb, G, L, KB*L]
+  // products batch over (B, Hkv, nb) with the G heads' L queries stacked as rows: a few hundred
+  // 64 x 32 products rather than thousands of 16 x 32 ones (libtorch's small-matrix bmm path
+  // loops per batch and dominated the step)
+  auto qf = qb.reshape({B, Hkv, nb, G * L, D});                                       // [B, Hkv, nb, G*L, D]
+  auto s_raw = (torch::matmul(qf, kw.transpose(-1, -2)) * scale).view({B, Hkv, nb, G, L, KB * L});
 
   // which raw key each query may see: [nb, L, KB*L] (broadcast over B, Hkv, G)
   auto qi = (torch::arange(nb, iopt).view({nb, 1, 1}) * L + torch::arange(L, iopt).view({1, L, 1}));
@@ -107,10 +111,10 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
 
   // compressed entries: scores [B, Hkv, nb, G, L, N], visible iff entry_last <= query position
   torch::Tensor vcb;
-  if (N > 0) {
-    auto kcb = kc.permute({0, 2, 3, 1}).view({B, Hkv, 1, 1, D, N});
-    vcb = vc.permute({0, 2, 1, 3}).view({B, Hkv, 1, 1, N, D});
-    parts.push_back(torch::matmul(qb, kcb) * scale);
+  if (N > 0) {  // every query block reads the same entries: one [nb*G*L, D] x [D, N] product per (B, Hkv)
+    auto kcb = kc.permute({0, 2, 3, 1});                                              // [B, Hkv, D, N]
+    vcb = vc.permute({0, 2, 1, 3});                                                   // [B, Hkv, N, D]
+    parts.push_back((torch::matmul(qf.view({B, Hkv, nb * G * L, D}), kcb) * scale).view({B, Hkv, nb, G, L, N}));
     auto vis = entry_last.view({1, 1, N}) <= (qi + pos0);                            // [nb, L, N]
     auto cm = vis.view({1, 1, nb, 1, L, N}).expand({B, Hkv, nb, G, L, N});
     if (entry_mask.defined()) {
@@ -131,8 +135,9 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   auto p = never_empty ? torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1)
                        : masked_softmax(scores, allowed);
   auto p_raw = p.narrow(-1, 0, KB * L);
-  auto o = torch::matmul(p_raw, vw);                                                  // [B, Hkv, nb, G, L, D]
-  if (N > 0) o = o + torch::matmul(p.narrow(-1, KB * L, N), vcb);
+  auto o = torch::matmul(p_raw.reshape({B, Hkv, nb, G * L, KB * L}), vw).view({B, Hkv, nb, G, L, D});
+  if (N > 0)
+    o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb).view({B, Hkv, nb, G, L, D});
 
   if (trace) {
     auto to_bhtx = [&](const torch::Tensor& t) {  // [B, Hkv, nb, G, L, X] -> [B, H, T, X]

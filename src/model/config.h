@@ -23,8 +23,8 @@ struct ModelConfig {
   int token_shift = 0;           // K > 0: each attention input becomes x_t + sum_k c_k * x_{t-k}, k = 1..K, with
                                  // learned per-channel c_k [K, d] starting at 0 (a causal depthwise convolution,
                                  // "Canon"/RWKV-style token shift; position-invariant, so no phase of its own).
-                                 // Not in the paper's models: a laptop-scale aid that removes the induction
-                                 // plateau (README, "Learning within minutes"); 0 = the paper's decoder
+                                 // Not in the paper's models; an option that did not shorten the plateau here
+                                 // (README, "What training shows"); 0 = the paper's decoder
   double norm_eps = 1e-6;
   double init_std = 0.02;        // normal init of every matrix; residual outputs scaled by 1/sqrt(2 n_layers)
   std::vector<AttnConfig> layers;  // [n_layers] attention of each layer; shared dims synced by model_config_sync
