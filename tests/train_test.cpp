@@ -220,7 +220,8 @@ TEST(Training, ScoredRowLossEqualsTheDenseLoss) {
     const int64_t B = 3, T = p.task.seq_len;
     auto tokens = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
     for (int64_t b = 0; b < B; ++b) {
-      Example e = st.next(0);
+      Example e = st.next(1 << 20);  // after the curriculum: full-length rows
+      ASSERT_EQ(int64_t(e.tokens.size()), T);
       for (int64_t t = 0; t < T; ++t) {
         tokens[b][t] = e.tokens[size_t(t)];
         targets[b][t] = e.targets[size_t(t)];

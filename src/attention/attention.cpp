@@ -93,7 +93,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   // 64 x 32 products rather than thousands of 16 x 32 ones (libtorch's small-matrix bmm path
   // loops per batch and dominated the step)
   auto qf = qb.reshape({B, Hkv, nb, G * L, D});                                       // [B, Hkv, nb, G*L, D]
-  auto s_raw = (torch::matmul(qf, kw.transpose(-1, -2)) * scale).view({B, Hkv, nb, G, L, KB * L});
+  auto s_raw = (torch::matmul(qf, kw.transpose(-1, -2)) * scale).reshape({B, Hkv, nb, G, L, KB * L});
 
   // which raw key each query may see: [nb, L, KB*L] (broadcast over B, Hkv, G)
   auto qi = (torch::arange(nb, iopt).view({nb, 1, 1}) * L + torch::arange(L, iopt).view({1, L, 1}));
@@ -114,7 +114,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   if (N > 0) {  // every query block reads the same entries: one [nb*G*L, D] x [D, N] product per (B, Hkv)
     auto kcb = kc.permute({0, 2, 3, 1});                                              // [B, Hkv, D, N]
     vcb = vc.permute({0, 2, 1, 3});                                                   // [B, Hkv, N, D]
-    parts.push_back((torch::matmul(qf.view({B, Hkv, nb * G * L, D}), kcb) * scale).view({B, Hkv, nb, G, L, N}));
+    parts.push_back((torch::matmul(qf.reshape({B, Hkv, nb * G * L, D}), kcb) * scale).reshape({B, Hkv, nb, G, L, N}));
     auto vis = entry_last.view({1, 1, N}) <= (qi + pos0);                            // [nb, L, N]
     auto cm = vis.view({1, 1, nb, 1, L, N}).expand({B, Hkv, nb, G, L, N});
     if (entry_mask.defined()) {
@@ -135,9 +135,9 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   auto p = never_empty ? torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1)
                        : masked_softmax(scores, allowed);
   auto p_raw = p.narrow(-1, 0, KB * L);
-  auto o = torch::matmul(p_raw.reshape({B, Hkv, nb, G * L, KB * L}), vw).view({B, Hkv, nb, G, L, D});
+  auto o = torch::matmul(p_raw.reshape({B, Hkv, nb, G * L, KB * L}), vw).reshape({B, Hkv, nb, G, L, D});
   if (N > 0)
-    o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb).view({B, Hkv, nb, G, L, D});
+    o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb).reshape({B, Hkv, nb, G, L, D});
 
   if (trace) {
     auto to_bhtx = [&](const torch::Tensor& t) {  // [B, Hkv, nb, G, L, X] -> [B, H, T, X]
