@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
@@ -48,15 +49,26 @@ double sgemm_rate() {
 
 // Useful FLOPs of one training step (forward + backward = 3 x forward): every matrix product with
 // a weight, plus attention scores and weighted sums over the keys a query reads (causal full
-// attention: T/2 on average; compressed: w raw tokens + T/(2S) entries on average). The
-// unembedding counts only the rows the loss needs (`scored` of B x T): work a step must do.
-double step_flops(const Preset& p, int64_t n_params_matmul, double scored) {
-  const double B = p.train.batch, T = p.task.seq_len, V = p.model.vocab_size, d = p.model.d_model;
-  double fwd = 2.0 * B * T * double(n_params_matmul) + 2.0 * scored * V * d;
-  for (const auto& a : p.model.layers) {
+// attention: T/2 on average; compressed: w raw tokens + T/(2S) entries on average). Counted for the
+// rows the step must compute: `rows_last` rows in the last layer's query side (W_q, attention, W_o,
+// MLP) and in the unembedding, every row elsewhere (keys and values need all positions).
+double step_flops(const Preset& p, DecoderImpl& m, double rows_last, double scored) {
+  const double BT = double(p.train.batch) * p.task.seq_len, T = p.task.seq_len;
+  const int L = p.model.n_layers;
+  double fwd = 2.0 * scored * p.model.vocab_size * p.model.d_model;
+  for (const auto& item : m.named_parameters()) {
+    const std::string& n = item.key();
+    if (item.value().dim() < 2 || n == "embed" || n == "lm_head") continue;
+    const bool last = n.find(std::to_string(L - 1)) != std::string::npos &&
+                      (n.rfind("attn" + std::to_string(L - 1) + ".", 0) == 0 || n.rfind("mlp_", 0) == 0);
+    const bool row_wise = n.find(".wq") != std::string::npos || n.find(".wo") != std::string::npos || n.rfind("mlp_", 0) == 0;
+    fwd += 2.0 * (last && row_wise ? rows_last : BT) * double(item.value().numel());
+  }
+  for (int l = 0; l < L; ++l) {
+    const AttnConfig& a = p.model.layers[size_t(l)];
     double keys = T / 2;
     if (a.kind == AttnKind::Chunked) keys = a.window + T / (2.0 * a.S);
-    fwd += 2.0 * 2.0 * B * T * a.n_heads * a.head_dim * keys;
+    fwd += 2.0 * 2.0 * (l == L - 1 ? rows_last : BT) * a.n_heads * a.head_dim * keys;
   }
   return 3.0 * fwd;
 }
@@ -114,10 +126,9 @@ Speed phasescope_speed(const Preset& p, int steps, const Batches& data) {
   torch::manual_seed(0);
   Decoder m(p.model);
   torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-3));
-  std::chrono::steady_clock::time_point t0;
   Speed out;
+  std::vector<double> times;  // per timed step; the median is reported (single steps vary by ~20% here)
   for (int s = 0; s < steps + 2; ++s) {
-    if (s == 2) t0 = std::chrono::steady_clock::now();
     auto ta = std::chrono::steady_clock::now();
     opt.zero_grad();
     auto loss = lm_loss_scored(*m, data.tokens[size_t(s)], data.targets[size_t(s)]);
@@ -130,14 +141,18 @@ Speed phasescope_speed(const Preset& p, int steps, const Batches& data) {
       out.fwd_s += std::chrono::duration<double>(tb - ta).count() / steps;
       out.bwd_s += std::chrono::duration<double>(tc - tb).count() / steps;
       out.opt_s += seconds_since(tc) / steps;
+      times.push_back(seconds_since(ta));
     }
   }
-  out.step_s = seconds_since(t0) / steps;
+  std::sort(times.begin(), times.end());
+  out.step_s = times[times.size() / 2];
+  const double mean_s = out.fwd_s + out.bwd_s + out.opt_s;  // shares below are of the mean step
+  out.fwd_s /= mean_s / out.step_s, out.bwd_s /= mean_s / out.step_s, out.opt_s /= mean_s / out.step_s;
   out.tok_s = double(p.train.batch) * p.task.seq_len / out.step_s;
-  int64_t matmul_params = 0;
-  for (const auto& item : m->named_parameters())
-    if (item.value().dim() >= 2 && item.key() != "embed") matmul_params += item.value().numel();
-  out.flops = step_flops(p, matmul_params, data.scored) / out.step_s;
+  // the last layer runs on the scored rows only when they are few (AttentionImpl::forward_rows)
+  const double BT = double(p.train.batch) * p.task.seq_len;
+  const double rows_last = 4 * data.scored <= BT ? data.scored : BT;
+  out.flops = step_flops(p, *m, rows_last, data.scored) / out.step_s;
   return out;
 }
 
@@ -170,7 +185,7 @@ int main() {
   fmt::print("runtime: {}\n", runtime_describe(rt));
   const double peak = sgemm_rate();
   fmt::print("sgemm 1024^3: {:.1f} GFLOP/s\n\n", peak / 1e9);
-  const int steps = 10;
+  const int steps = 20;
 
   const std::string data = (std::filesystem::temp_directory_path() / fmt::format("phasescope_train_bench_{}.bin", ::getpid())).string();
   for (const std::string workload : {"task", "dense"}) {

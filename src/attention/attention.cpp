@@ -155,6 +155,49 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   return o.permute({0, 2, 4, 1, 3, 5}).reshape({B, Tp, H, D}).narrow(1, 0, T);
 }
 
+// joint_attention for selected query rows only (never-empty rows: full, or a window >= 1).
+//   q: [N, H, D] at rows (flat b * T + t); k, v: [B, T, Hkv, D]; kc, vc: [B, Ne, Hkv, D] or undefined;
+//   entry_last [Ne]; sink [H] or undefined. Returns [N, H, D].
+torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& kc, const torch::Tensor& vc, const torch::Tensor& entry_last,
+                             const LocalSpec& local, const torch::Tensor& sink, int64_t pos0, const torch::Tensor& rows) {
+  const int64_t N = q.size(0), H = q.size(1), D = q.size(2), B = k.size(0), T = k.size(1), Hkv = k.size(2), G = H / Hkv;
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  auto b = rows.div(T, "floor"), t = rows.remainder(T);                                  // [N], [N]
+  // raw keys: the whole sequence (full) or the w positions t-w+1 .. t (window), [N, K]
+  const int64_t K = local.all ? T : std::min<int64_t>(local.window, T);
+  auto idx = local.all ? torch::arange(T, iopt).view({1, T}).expand({N, T})
+                       : t.view({N, 1}) - (K - 1) + torch::arange(K, iopt).view({1, K});
+  auto raw_ok = (idx >= 0) & (idx <= t.view({N, 1}));                                     // [N, K]
+  auto flat = (b.view({N, 1}) * T + idx.clamp(0, T - 1)).reshape({-1});                  // [N*K]
+  auto kr = k.reshape({B * T, Hkv, D}).index_select(0, flat).view({N, K, Hkv, D});
+  auto vr = v.reshape({B * T, Hkv, D}).index_select(0, flat).view({N, K, Hkv, D});
+  auto qg = q.reshape({N, Hkv, G, D});
+  std::vector<torch::Tensor> parts = {torch::matmul(qg, kr.permute({0, 2, 3, 1})) * scale};  // [N, Hkv, G, K]
+  std::vector<torch::Tensor> masks = {raw_ok.view({N, 1, 1, K}).expand({N, Hkv, G, K})};
+  torch::Tensor vcr;
+  int64_t Ne = 0;
+  if (kc.defined() && kc.size(1) > 0) {
+    Ne = kc.size(1);
+    auto kcr = kc.index_select(0, b);                                                     // [N, Ne, Hkv, D]
+    vcr = vc.index_select(0, b).permute({0, 2, 1, 3});                                   // [N, Hkv, Ne, D]
+    parts.push_back(torch::matmul(qg, kcr.permute({0, 2, 3, 1})) * scale);               // [N, Hkv, G, Ne]
+    auto vis = entry_last.view({1, Ne}) <= (t + pos0).view({N, 1});                      // [N, Ne]
+    masks.push_back(vis.view({N, 1, 1, Ne}).expand({N, Hkv, G, Ne}));
+  }
+  if (sink.defined()) {
+    parts.push_back(sink.view({1, Hkv, G, 1}).expand({N, Hkv, G, 1}));
+    masks.push_back(torch::ones({N, Hkv, G, 1}, iopt.dtype(torch::kBool)));
+  }
+  auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
+  auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
+  auto p = torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+  auto o = torch::matmul(p.narrow(-1, 0, K), vr.permute({0, 2, 1, 3}));                  // [N, Hkv, G, D]
+  if (Ne > 0) o = o + torch::matmul(p.narrow(-1, K, Ne), vcr);
+  return o.reshape({N, H, D});
+}
+
 // Apply one map per in-window offset: xg [B, N, W, d], w [Hkv, W, R, d] -> [B, N, W, Hkv, R].
 torch::Tensor per_offset_apply(const torch::Tensor& xg, const torch::Tensor& w) {
   const int64_t B = xg.size(0), N = xg.size(1), W = xg.size(2), d = xg.size(3);
@@ -202,7 +245,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, AttnT
   return {};
 }
 
-torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace) {
+torch::Tensor AttentionImpl::forward_rows(const torch::Tensor& x, int64_t pos0, const torch::Tensor& rows) {
+  PS_ASSERT(x.dim() == 3 && x.size(2) == cfg_.d_model, "attention input must be [B, T, d_model]");
+  PS_ASSERT(rows.dim() == 1 && rows.scalar_type() == torch::kInt64, "forward_rows: rows must be [N] int64");
+  const bool mha = cfg_.kind == AttnKind::Full || cfg_.kind == AttnKind::Window || cfg_.kind == AttnKind::Chunked;
+  // per row the fast path gathers its keys (T for full attention): worth it only for a few rows
+  const bool few = 4 * rows.size(0) <= x.size(0) * x.size(1);
+  const bool fast = few && mha && !head_hook_ && (cfg_.kind == AttnKind::Full || cfg_.window >= 1) &&
+                    !(cfg_.kind == AttnKind::Chunked && cfg_.uncompressed_tail);
+  if (fast) return forward_mha(x, pos0, nullptr, rows);
+  return forward(x, pos0).reshape({-1, cfg_.d_model}).index_select(0, rows);
+}
+
+torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace, const torch::Tensor& rows) {
   const AttnConfig& c = cfg_;
   const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
@@ -213,8 +268,15 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
     return w.defined() ? rms_norm(t, w, c.norm_eps) : t;
   };
 
-  // raw projections: q [B, T, H, D], k / v [B, T, Hkv, D]
-  auto q = rope_apply(rms_norm_opt(matmul_wt(x, param("wq")).view({B, T, H, D}), qn), pos, attn_rope_dims(c), c.rope_theta);
+  // raw projections: q [B, T, H, D] (with rows: [1, N, H, D] at the rows' positions), k / v [B, T, Hkv, D]
+  torch::Tensor q;
+  if (rows.defined()) {
+    auto xr = x.reshape({B * T, c.d_model}).index_select(0, rows);                      // [N, d]
+    q = rope_apply(rms_norm_opt(matmul_wt(xr, param("wq")).view({1, rows.size(0), H, D}), qn), rows.remainder(T) + pos0,
+                   attn_rope_dims(c), c.rope_theta);
+  } else {
+    q = rope_apply(rms_norm_opt(matmul_wt(x, param("wq")).view({B, T, H, D}), qn), pos, attn_rope_dims(c), c.rope_theta);
+  }
   auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos, attn_rope_dims(c), c.rope_theta);
   auto v = matmul_wt(x, param("wv")).view({B, T, Hkv, D});
 
@@ -281,6 +343,11 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
   }
 
   auto sink = c.sink ? param("sink") : torch::Tensor();
+  if (rows.defined()) {
+    PS_ASSERT(!local.cover_end.defined() && (local.all || local.window >= 1), "forward_rows: no fast path for this kind");
+    auto o = rows_attention(q.squeeze(0), k, v, kc, vc, entry_last, local, sink, pos0, rows);  // [N, H, D]
+    return matmul_wt(o.reshape({rows.size(0), H * D}), param("wo"));                      // [N, d]
+  }
   auto o = joint_attention(q, k, v, kc, vc, entry_last, torch::Tensor(), local, sink, pos0, trace);
   return output(o);
 }

@@ -40,12 +40,21 @@ class AttentionImpl : public torch::nn::Module {
   // x: [B, T, d] hidden states at absolute positions pos0 .. pos0+T-1. Returns [B, T, d].
   torch::Tensor forward(const torch::Tensor& x, int64_t pos0 = 0, AttnTrace* trace = nullptr);
 
+  // The same output at selected rows only: rows [N] int64, flat b * T + t. Keys and values come
+  // from every position; queries, scores and W_o only for the rows (the last layer of a model whose
+  // loss reads a few positions). Returns [N, d], equal to forward(x, pos0).reshape({-1, d})
+  // .index_select(0, rows) up to float summation order. Full, window and chunked kinds (window >= 1,
+  // no uncompressed tail, no head hook) take the fast path when rows are at most a quarter of B x T;
+  // every other case computes all rows and gathers.
+  torch::Tensor forward_rows(const torch::Tensor& x, int64_t pos0, const torch::Tensor& rows);
+
   const AttnConfig& config() const { return cfg_; }
   void set_head_hook(HeadHook hook) { head_hook_ = std::move(hook); }  // empty = none
   torch::Tensor& param(const std::string& name);  // throws if this config has no such parameter
 
  private:
-  torch::Tensor forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
+  torch::Tensor forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace,
+                            const torch::Tensor& rows = torch::Tensor());
   torch::Tensor forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
 
   torch::Tensor output(const torch::Tensor& o);  // o [B, T, H, D] -> hook -> W_o -> [B, T, d]

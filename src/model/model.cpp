@@ -62,6 +62,30 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0, std
   return rms_norm(h, final_norm_, cfg_.norm_eps);
 }
 
+torch::Tensor DecoderImpl::hidden_rows(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t pos0) {
+  auto h = torch::embedding(embed_, tokens);                                          // [B, T, d]
+  const size_t L = attn_.size();
+  for (size_t l = 0; l + 1 < L; ++l) {
+    auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);
+    if (cfg_.token_shift > 0) a = a + token_shift_apply(a, shift_[l]);
+    h = h + attn_[l]->forward(a, pos0);
+    if (cfg_.mlp_hidden > 0) {
+      auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);
+      h = h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()), w_down_[l].t());
+    }
+  }
+  // the last layer: keys and values from every position, the rest for the rows only
+  auto a = rms_norm(h, attn_norm_[L - 1], cfg_.norm_eps);                             // [B, T, d]
+  if (cfg_.token_shift > 0) a = a + token_shift_apply(a, shift_[L - 1]);
+  auto hr = h.reshape({-1, h.size(-1)}).index_select(0, rows) + attn_[L - 1]->forward_rows(a, pos0, rows);  // [N, d]
+  if (cfg_.mlp_hidden > 0) {
+    auto x = rms_norm(hr, mlp_norm_[L - 1], cfg_.norm_eps);
+    hr = hr + torch::matmul(torch::silu(torch::matmul(x, w_gate_[L - 1].t())) * torch::matmul(x, w_up_[L - 1].t()),
+                            w_down_[L - 1].t());
+  }
+  return rms_norm(hr, final_norm_, cfg_.norm_eps);
+}
+
 torch::Tensor DecoderImpl::unembed(const torch::Tensor& h) {
   return torch::matmul(h, (cfg_.tied_embeddings ? embed_ : lm_head_).t());
 }
@@ -75,11 +99,10 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
 }
 
 torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto h = model.hidden(tokens);                                                      // [B, T, d]
   auto flat = targets.reshape({-1});                                                  // [B*T]
   auto rows = flat.ge(0).nonzero().squeeze(1);                                        // [N] flat b*T+t
   PS_ASSERT(rows.numel() > 0, "lm_loss_scored: no position has a target");
-  auto logits = model.unembed(h.reshape({-1, h.size(-1)}).index_select(0, rows));    // [N, V]
+  auto logits = model.unembed(model.hidden_rows(tokens, rows));                       // [N, V]
   return torch::nn::functional::cross_entropy(logits, flat.index_select(0, rows));
 }
 

@@ -21,6 +21,9 @@ class DecoderImpl : public torch::nn::Module {
   // final-normed [B, T, d]; traces (optional): one AttnTrace per layer, filled (explain/, tests)
   torch::Tensor hidden(const torch::Tensor& tokens, int64_t pos0 = 0, std::vector<AttnTrace>* traces = nullptr);
   torch::Tensor unembed(const torch::Tensor& h);                                // [..., d] -> [..., V]
+  // hidden() at selected rows only ([N] int64, flat b * T + t) -> [N, d]: every layer but the last
+  // runs on all positions, the last computes queries, attention, MLP and the final norm for the rows.
+  torch::Tensor hidden_rows(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t pos0 = 0);
 
   const ModelConfig& config() const { return cfg_; }
   Attention& attention(int layer) { return attn_[size_t(layer)]; }
@@ -44,9 +47,9 @@ torch::Tensor token_shift_apply(const torch::Tensor& x, const torch::Tensor& c);
 // Mean cross-entropy over positions whose target is >= 0. logits [B, T, V], targets [B, T].
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-// The same mean cross-entropy without the dense logits: the final hidden state is gathered at the
-// positions whose target is >= 0 (rows = flat b * T + t) and only those rows are unembedded, so a
-// task scored at 17 of 256 positions (lookup) skips ~93% of the unembedding and its backward.
+// The same mean cross-entropy without the dense logits: only the positions whose target is >= 0
+// (rows = flat b * T + t) go through the last layer's query side and the unembedding
+// (hidden_rows), so a task scored at 17 of 256 positions (lookup) skips ~93% of that work.
 // Equal to lm_loss(model.forward(tokens), targets) up to float summation order (tested).
 torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, const torch::Tensor& targets);
 
