@@ -51,39 +51,32 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0, std
   auto h = torch::embedding(embed_, tokens);                                          // [B, T, d]
   if (traces) traces->assign(attn_.size(), AttnTrace{});
   for (size_t l = 0; l < attn_.size(); ++l) {
-    auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);                                // [B, T, d]
-    if (cfg_.token_shift > 0) a = a + token_shift_apply(a, shift_[l]);
-    h = h + attn_[l]->forward(a, pos0, traces ? &(*traces)[l] : nullptr);
-    if (cfg_.mlp_hidden > 0) {
-      auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);
-      h = h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()), w_down_[l].t());
-    }
+    h = mlp_residual(l, h + attn_[l]->forward(attn_input(l, h), pos0, traces ? &(*traces)[l] : nullptr));
   }
   return rms_norm(h, final_norm_, cfg_.norm_eps);
+}
+
+torch::Tensor DecoderImpl::attn_input(size_t l, const torch::Tensor& h) {
+  auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);                                // [B, T, d]
+  return cfg_.token_shift > 0 ? a + token_shift_apply(a, shift_[l]) : a;
+}
+
+torch::Tensor DecoderImpl::mlp_residual(size_t l, const torch::Tensor& h) {
+  if (cfg_.mlp_hidden <= 0) return h;
+  auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);                                  // [..., d]
+  return h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()), w_down_[l].t());
 }
 
 torch::Tensor DecoderImpl::hidden_rows(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t pos0) {
   auto h = torch::embedding(embed_, tokens);                                          // [B, T, d]
   const size_t L = attn_.size();
   for (size_t l = 0; l + 1 < L; ++l) {
-    auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);
-    if (cfg_.token_shift > 0) a = a + token_shift_apply(a, shift_[l]);
-    h = h + attn_[l]->forward(a, pos0);
-    if (cfg_.mlp_hidden > 0) {
-      auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);
-      h = h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()), w_down_[l].t());
-    }
+    h = mlp_residual(l, h + attn_[l]->forward(attn_input(l, h), pos0));
   }
   // the last layer: keys and values from every position, the rest for the rows only
-  auto a = rms_norm(h, attn_norm_[L - 1], cfg_.norm_eps);                             // [B, T, d]
-  if (cfg_.token_shift > 0) a = a + token_shift_apply(a, shift_[L - 1]);
-  auto hr = h.reshape({-1, h.size(-1)}).index_select(0, rows) + attn_[L - 1]->forward_rows(a, pos0, rows);  // [N, d]
-  if (cfg_.mlp_hidden > 0) {
-    auto x = rms_norm(hr, mlp_norm_[L - 1], cfg_.norm_eps);
-    hr = hr + torch::matmul(torch::silu(torch::matmul(x, w_gate_[L - 1].t())) * torch::matmul(x, w_up_[L - 1].t()),
-                            w_down_[L - 1].t());
-  }
-  return rms_norm(hr, final_norm_, cfg_.norm_eps);
+  auto hr = h.reshape({-1, h.size(-1)}).index_select(0, rows) +
+            attn_[L - 1]->forward_rows(attn_input(L - 1, h), pos0, rows);                 // [N, d]
+  return rms_norm(mlp_residual(L - 1, hr), final_norm_, cfg_.norm_eps);
 }
 
 torch::Tensor DecoderImpl::unembed(const torch::Tensor& h) {

@@ -29,6 +29,9 @@ class DecoderImpl : public torch::nn::Module {
   Attention& attention(int layer) { return attn_[size_t(layer)]; }
 
  private:
+  torch::Tensor attn_input(size_t layer, const torch::Tensor& h);    // RMSNorm(h) (+ token shift) [B, T, d]
+  torch::Tensor mlp_residual(size_t layer, const torch::Tensor& h);  // h + SwiGLU(RMSNorm(h)); h when mlp_hidden = 0
+
   ModelConfig cfg_;
   torch::Tensor embed_;                               // [V, d]
   torch::Tensor lm_head_;                             // [V, d] (untied only)
