@@ -5,9 +5,9 @@
 //   the achieved FLOP rate as a fraction of a 1024^3 sgemm timed in the same run.
 // Two workloads, both implementations fed the same batches (written to a file the script reads):
 //   "task"  — the preset's own training rows at full length (lookup: 17 scored positions of 256,
-//             plus repeated-segment rows where the preset mixes them in); phasescope unembeds only
-//             the scored rows (lm_loss_scored), the research script computes every logit and
-//             masks with ignore_index, as such scripts do;
+//             no repeated rows after step 900); phasescope runs the last layer's query side and the
+//             unembedding on the scored rows only (lm_loss_scored), the research script computes
+//             every logit and masks with ignore_index, as such scripts do;
 //   "dense" — random tokens with a target at every position (no row to skip: the kernels alone).
 // All runs use the same thread count. Run by scripts/bench.sh. Not a test.
 #include <fmt/format.h>
@@ -190,7 +190,7 @@ int main() {
   const std::string data = (std::filesystem::temp_directory_path() / fmt::format("phasescope_train_bench_{}.bin", ::getpid())).string();
   for (const std::string workload : {"task", "dense"}) {
     fmt::print("workload '{}': {}\n", workload,
-               workload == "task" ? "the preset's training rows; phasescope unembeds scored rows only, PyTorch-Python every row"
+               workload == "task" ? "the preset's training rows; phasescope's last layer and unembedding run on scored rows only, PyTorch-Python on every row"
                                   : "random tokens, every position scored (no rows to skip)");
     fmt::print("{:<10} {:>8} {:>12} {:>14} {:>14} {:>8} {:>8} {:>10}\n", "preset", "scored", "phasescope", "pytorch-py",
                "pytorch-py", "vs py", "vs py", "FLOP rate");
