@@ -210,6 +210,38 @@ TEST(Tasks, LengthCurriculumShortensRowsThenReachesTheFullTask) {
   EXPECT_EQ(curriculum_task(c, 0).seq_len, 256);
 }
 
+TEST(Tasks, MixRowsShareTheStepLengthAndTrain) {
+  const std::string dir = tmp_dir("mix");
+  const std::string file = dir + "/corpus.txt";
+  {
+    std::ofstream f(file);
+    for (int i = 0; i < 200; ++i) f << "The quick brown fox jumps over the lazy dog, line " << i << ".\n";
+  }
+  Preset p = tiny("w8s8-1kv");  // the preset's recipe: length curriculum, repeated rows
+  p.task.task = "mix";
+  p.task.text_file = file;
+  p.task.text_ratio = 0.5;
+  p.task.curriculum_steps = 8;
+  p.task.curriculum_length = true;
+  p = preset_from_json(preset_to_json(p), "mix");
+  TaskStream st(p.task, 2);
+  const Vocab v = task_vocab(p.task);
+  int text_rows = 0;
+  for (int64_t step : {0, 4, 8}) {
+    const int T = curriculum_task(p.task, step).seq_len;
+    for (int i = 0; i < 30; ++i) {
+      Example e = st.next(step);
+      ASSERT_EQ(int(e.tokens.size()), T) << "step " << step;
+      text_rows += e.tokens[1] >= v.byte(0);
+    }
+  }
+  EXPECT_GT(text_rows, 20);
+  EXPECT_LT(curriculum_task(p.task, 0).seq_len, p.task.seq_len);
+  TrainResult r = train_run(p, quiet(dir + "/run"));
+  EXPECT_EQ(r.step, p.train.steps);
+  EXPECT_TRUE(std::isfinite(r.loss));
+}
+
 TEST(Training, ScoredRowLossEqualsTheDenseLoss) {
   // fast paths (full, chunked with scalar or vector gates, several KV heads, an MLP) and fallbacks
   // (DeepSeek layers, an uncompressed tail)

@@ -192,10 +192,10 @@ TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed) : cfg_(cfg), vocab_
 }
 
 Example TaskStream::next(int64_t step) {
-  if (cfg_.task == "text") return text_example(cfg_, vocab_, text_, rng_);
-  if (cfg_.task == "mix" && std::uniform_real_distribution<double>(0, 1)(rng_) < cfg_.text_ratio)
-    return text_example(cfg_, vocab_, text_, rng_);
-  const TaskConfig c = curriculum_task(cfg_, step);
+  const TaskConfig c = curriculum_task(cfg_, step);  // every row of a step has c.seq_len tokens
+  if (c.task == "text") return text_example(c, vocab_, text_, rng_);
+  if (c.task == "mix" && std::uniform_real_distribution<double>(0, 1)(rng_) < c.text_ratio)
+    return text_example(c, vocab_, text_, rng_);
   if (c.repeat_ratio > 0 && (c.repeat_steps <= 0 || step < c.repeat_steps) &&
       std::uniform_real_distribution<double>(0, 1)(rng_) < c.repeat_ratio)
     return repeat_example(c, vocab_, rng_);

@@ -102,8 +102,6 @@ void validate(const Preset& p, const std::string& where) {
   need(t.text_ratio >= 0 && t.text_ratio <= 1, where, "task.text_ratio", "must be in [0, 1]", "e.g. 0.25");
   need(t.repeat_ratio >= 0 && t.repeat_ratio <= 1, where, "task.repeat_ratio", "must be in [0, 1]", "e.g. 0.5; 0 = off");
   need(t.repeat_steps >= 0, where, "task.repeat_steps", "must be >= 0", "0 = repeated rows at every step");
-  need(t.repeat_ratio == 0 || t.task == "lookup" || t.task == "mqar", where, "task.repeat_ratio",
-       "repeated-segment rows mix into lookup or mqar only", "set it to 0 for task '" + t.task + "'");
   need((t.task != "text" && t.task != "mix") || !t.text_file.empty(), where, "task.text_file",
        "task '" + t.task + "' needs a text file", "set task.text_file (or --text FILE)");
   need(r.steps >= 0, where, "train.steps", "must be >= 0", "e.g. 1000");

@@ -41,6 +41,7 @@ struct TaskConfig {
   bool curriculum_length = false;  // under the curriculum, rows are also shorter: seq_len x records / n_records
                                  // (at least what the records need, and 32), so filler density stays that of
                                  // the full task and attention is not diluted over a mostly empty context
+                                 // (text rows of that step are as short)
   int mqar_pairs = 32;           // mqar: key-value pairs per sequence
   int mqar_queries = 16;         // mqar: queries per sequence
   int n_keys = 128;              // vocabulary of single-token keys
@@ -48,7 +49,7 @@ struct TaskConfig {
   int n_fillers = 16;
   std::string text_file;         // text / mix: UTF-8 file, byte-level tokens
   double text_ratio = 0.0;       // mix: fraction of rows drawn from the text file
-  double repeat_ratio = 0.0;     // lookup/mqar: fraction of training rows that are repeated segments (a random
+  double repeat_ratio = 0.0;     // lookup/mqar/mix (not text): fraction of the task rows that are repeated segments (a random
                                  // run of distinct key/name tokens, filler, the same run again; loss on every
                                  // token of the second copy): a dense induction signal; 0 = off
   int repeat_steps = 0;          // repeated-segment rows only before this step; 0 = at every step

@@ -45,6 +45,7 @@ struct Batch {
 
 Batch make_batch(const std::vector<Example>& ex) {
   const int64_t B = int64_t(ex.size()), T = int64_t(ex[0].tokens.size());
+  for (const Example& e : ex) PS_ASSERT(int64_t(e.tokens.size()) == T && int64_t(e.targets.size()) == T, "make_batch: rows differ in length");
   Batch b;
   b.tokens = torch::empty({B, T}, torch::kInt64);
   b.targets = torch::empty({B, T}, torch::kInt64);
