@@ -25,6 +25,7 @@
 #include "core/runtime.h"
 #include "data/tasks.h"
 #include "model/model.h"
+#include "train/trainer.h"
 
 using namespace phasescope;
 
@@ -59,10 +60,10 @@ double step_flops(const Preset& p, DecoderImpl& m, double rows_last, double scor
   for (const auto& item : m.named_parameters()) {
     const std::string& n = item.key();
     if (item.value().dim() < 2 || n == "embed" || n == "lm_head") continue;
-    const bool last = n.find(std::to_string(L - 1)) != std::string::npos &&
-                      (n.rfind("attn" + std::to_string(L - 1) + ".", 0) == 0 || n.rfind("mlp_", 0) == 0);
-    const bool row_wise = n.find(".wq") != std::string::npos || n.find(".wo") != std::string::npos || n.rfind("mlp_", 0) == 0;
-    fwd += 2.0 * (last && row_wise ? rows_last : BT) * double(item.value().numel());
+    const std::string s = std::to_string(L - 1);  // the last layer's row-wise matrices, by their exact names
+    const bool row_wise = n == "attn" + s + ".wq" || n == "attn" + s + ".wo" || n == "mlp_gate" + s ||
+                          n == "mlp_up" + s || n == "mlp_down" + s;
+    fwd += 2.0 * (row_wise ? rows_last : BT) * double(item.value().numel());
   }
   for (int l = 0; l < L; ++l) {
     const AttnConfig& a = p.model.layers[size_t(l)];
@@ -86,20 +87,15 @@ struct Batches {
 
 Batches task_batches(const Preset& p, int n) {
   TaskStream stream(p.task, 1);
-  const int64_t B = p.train.batch, T = p.task.seq_len, last = std::max(0, p.train.steps - 1);
+  const int64_t last = std::max(0, p.train.steps - 1);
   Batches out;
   for (int s = 0; s < n; ++s) {
-    auto tk = torch::empty({B, T}, torch::kInt64), tg = torch::empty({B, T}, torch::kInt64);
-    for (int64_t b = 0; b < B; ++b) {
-      Example e = stream.next(last);  // the task as trained after any curriculum
-      for (int64_t t = 0; t < T; ++t) {
-        tk[b][t] = e.tokens[size_t(t)];
-        tg[b][t] = e.targets[size_t(t)];
-      }
-    }
-    out.scored += tg.ge(0).sum().item<double>() / n;
-    out.tokens.push_back(tk);
-    out.targets.push_back(tg);
+    std::vector<Example> rows;
+    for (int b = 0; b < p.train.batch; ++b) rows.push_back(stream.next(last));  // the task after any curriculum
+    Batch batch = make_batch(rows);
+    out.scored += batch.targets.ge(0).sum().item<double>() / n;
+    out.tokens.push_back(batch.tokens);
+    out.targets.push_back(batch.targets);
   }
   return out;
 }

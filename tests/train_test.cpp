@@ -253,16 +253,11 @@ TEST(Training, ScoredRowLossEqualsTheDenseLoss) {
     torch::manual_seed(3);
     Decoder m(p.model);
     TaskStream st(p.task, 4);
-    const int64_t B = 3, T = p.task.seq_len;
-    auto tokens = torch::empty({B, T}, torch::kInt64), targets = torch::empty({B, T}, torch::kInt64);
-    for (int64_t b = 0; b < B; ++b) {
-      Example e = st.next(1 << 20);  // after the curriculum: full-length rows
-      ASSERT_EQ(int64_t(e.tokens.size()), T);
-      for (int64_t t = 0; t < T; ++t) {
-        tokens[b][t] = e.tokens[size_t(t)];
-        targets[b][t] = e.targets[size_t(t)];
-      }
-    }
+    std::vector<Example> rows;
+    for (int b = 0; b < 3; ++b) rows.push_back(st.next(1 << 20));  // after the curriculum: full-length rows
+    Batch batch = make_batch(rows);
+    ASSERT_EQ(batch.tokens.size(1), p.task.seq_len);
+    const torch::Tensor tokens = batch.tokens, targets = batch.targets;
     auto dense = lm_loss(m->forward(tokens), targets);
     auto scored = lm_loss_scored(*m, tokens, targets);
     EXPECT_NEAR(scored.item<double>(), dense.item<double>(), 1e-5) << name;

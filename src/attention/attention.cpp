@@ -49,6 +49,16 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& m
   return e / torch::where(den > 0, den, torch::ones_like(den));
 }
 
+// One softmax over the score parts joined on the last dim, each with its mask of allowed keys.
+// never_empty (every row allows at least one key): the fused softmax, one pass with a fused
+// backward; otherwise masked_softmax, which gives an empty row zeros.
+torch::Tensor joint_softmax(const std::vector<torch::Tensor>& parts, const std::vector<torch::Tensor>& masks, bool never_empty) {
+  auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
+  auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
+  if (!never_empty) return masked_softmax(scores, allowed);
+  return torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+}
+
 // How the raw (uncompressed) tokens are chosen for each query.
 struct LocalSpec {
   int64_t block = 1;         // L: queries are processed in blocks of L against keys of this and the previous block
@@ -128,12 +138,8 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
     masks.push_back(torch::ones({B, Hkv, nb, G, L, 1}, iopt.dtype(torch::kBool)));
   }
   // a row can only be empty when the raw part may exclude the query itself (tail mode, window 0)
-  // and there is no sink; otherwise the fused softmax (one pass, fused backward) is exact
-  const bool never_empty = sink.defined() || local.all || (local.window >= 1 && !local.cover_end.defined());
-  auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
-  auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
-  auto p = never_empty ? torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1)
-                       : masked_softmax(scores, allowed);
+  // and there is no sink
+  auto p = joint_softmax(parts, masks, sink.defined() || local.all || (local.window >= 1 && !local.cover_end.defined()));
   auto p_raw = p.narrow(-1, 0, KB * L);
   auto o = torch::matmul(p_raw.reshape({B, Hkv, nb, G * L, KB * L}), vw).reshape({B, Hkv, nb, G, L, D});
   if (N > 0)
@@ -190,9 +196,7 @@ torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, con
     parts.push_back(sink.view({1, Hkv, G, 1}).expand({N, Hkv, G, 1}));
     masks.push_back(torch::ones({N, Hkv, G, 1}, iopt.dtype(torch::kBool)));
   }
-  auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
-  auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
-  auto p = torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+  auto p = joint_softmax(parts, masks, /*never_empty=*/true);
   auto o = torch::matmul(p.narrow(-1, 0, K), vr.permute({0, 2, 1, 3}));                  // [N, Hkv, G, D]
   if (Ne > 0) o = o + torch::matmul(p.narrow(-1, K, Ne), vcr);
   return o.reshape({N, H, D});
@@ -269,14 +273,9 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
   };
 
   // raw projections: q [B, T, H, D] (with rows: [1, N, H, D] at the rows' positions), k / v [B, T, Hkv, D]
-  torch::Tensor q;
-  if (rows.defined()) {
-    auto xr = x.reshape({B * T, c.d_model}).index_select(0, rows);                      // [N, d]
-    q = rope_apply(rms_norm_opt(matmul_wt(xr, param("wq")).view({1, rows.size(0), H, D}), qn), rows.remainder(T) + pos0,
-                   attn_rope_dims(c), c.rope_theta);
-  } else {
-    q = rope_apply(rms_norm_opt(matmul_wt(x, param("wq")).view({B, T, H, D}), qn), pos, attn_rope_dims(c), c.rope_theta);
-  }
+  auto xq = rows.defined() ? x.reshape({B * T, c.d_model}).index_select(0, rows).unsqueeze(0) : x;  // [1, N, d] or x
+  auto q = rope_apply(rms_norm_opt(matmul_wt(xq, param("wq")).view({xq.size(0), xq.size(1), H, D}), qn),
+                      rows.defined() ? rows.remainder(T) + pos0 : pos, attn_rope_dims(c), c.rope_theta);
   auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos, attn_rope_dims(c), c.rope_theta);
   auto v = matmul_wt(x, param("wv")).view({B, T, Hkv, D});
 

@@ -17,8 +17,6 @@ std::string vocab_token_name(const Vocab& v, int tok) {
   return "?" + std::to_string(tok);
 }
 
-namespace {
-// k distinct values from [0, n), in random order.
 std::vector<int> draw_distinct(int n, int k, std::mt19937_64& rng) {
   std::vector<int> all(n);
   std::iota(all.begin(), all.end(), 0);
@@ -26,7 +24,6 @@ std::vector<int> draw_distinct(int n, int k, std::mt19937_64& rng) {
   all.resize(k);
   return all;
 }
-}  // namespace
 
 LookupExample lookup_sample(const LookupSpec& spec, std::mt19937_64& rng) {
   PS_ASSERT(spec.n_records <= spec.vocab.n_keys && spec.n_records <= spec.vocab.n_names,

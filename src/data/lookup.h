@@ -51,4 +51,7 @@ LookupTokens lookup_render(const LookupSpec& spec, const LookupExample& ex, int 
 // Tokens a rendering takes: 1 + prefix + 2 * n_records + sum(gaps) + post + 2 * n_demos + 1.
 int64_t lookup_length(const LookupSpec& spec, int prefix, const std::vector<int>& gaps, int post);
 
+// k distinct values from [0, n), in random order (a partial Fisher-Yates shuffle).
+std::vector<int> draw_distinct(int n, int k, std::mt19937_64& rng);
+
 }  // namespace phasescope

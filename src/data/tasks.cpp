@@ -136,11 +136,7 @@ Example repeat_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& r
   const int max_len = std::min(pool, (T - 1) / 2);
   PS_ASSERT(max_len >= 2, "repeat_example: seq_len too short for a repeated segment");
   const int L = std::uniform_int_distribution<int>(std::min(8, max_len), max_len)(rng);
-  // L distinct tokens from keys and names together (partial Fisher-Yates)
-  std::vector<int> seg(static_cast<size_t>(pool));
-  std::iota(seg.begin(), seg.end(), 0);
-  for (int i = 0; i < L; ++i) std::swap(seg[size_t(i)], seg[size_t(i + std::uniform_int_distribution<int>(0, pool - 1 - i)(rng))]);
-  seg.resize(size_t(L));
+  std::vector<int> seg = draw_distinct(pool, L, rng);  // L distinct tokens of keys and names together
   for (int& x : seg) x = x < v.n_keys ? v.key(x) : v.name(x - v.n_keys);
   const auto slots = spread(T - 1 - 2 * L, 3, rng);  // before, between and after the two copies
   std::uniform_int_distribution<int> filler(0, v.n_fillers - 1);

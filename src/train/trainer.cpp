@@ -36,13 +36,6 @@ std::string checkpoint_path(const std::string& dir_or_file) {
   return (fs::path(dir_or_file) / "checkpoint.safetensors").string();
 }
 
-namespace {
-
-struct Batch {
-  torch::Tensor tokens;   // [B, T] int64
-  torch::Tensor targets;  // [B, T] int64, -1 = no loss
-};
-
 Batch make_batch(const std::vector<Example>& ex) {
   const int64_t B = int64_t(ex.size()), T = int64_t(ex[0].tokens.size());
   for (const Example& e : ex) PS_ASSERT(int64_t(e.tokens.size()) == T && int64_t(e.targets.size()) == T, "make_batch: rows differ in length");
@@ -58,6 +51,8 @@ Batch make_batch(const std::vector<Example>& ex) {
     }
   return b;
 }
+
+namespace {
 
 std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 

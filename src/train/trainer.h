@@ -9,11 +9,20 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "data/tasks.h"
 #include "model/config.h"
 #include "model/model.h"
 
 namespace phasescope {
+
+// Rows of equal length -> tokens and targets [B, T] int64 (-1 = no loss); unequal rows are refused.
+struct Batch {
+  torch::Tensor tokens;   // [B, T]
+  torch::Tensor targets;  // [B, T]
+};
+Batch make_batch(const std::vector<Example>& rows);
 
 struct TrainOptions {
   std::string out_dir;
