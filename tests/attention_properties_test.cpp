@@ -37,7 +37,7 @@ std::set<int64_t> visible_entries(const AttnConfig& c, int64_t pos0, int T, int6
   if (c.kind == AttnKind::Chunked) {
     for (int64_t s = 0; s + c.W - 1 <= p; s += c.S)
       if (s >= pos0 && s + c.W - 1 <= pos0 + T - 1) out.insert(s);
-  } else if (attn_is_ds(c)) {
+  } else if (attn_is_ds(c) && c.ratio > 0) {  // dsv4-window (ratio 0) compresses nothing
     for (int64_t j = 0; j < (p + 1) / c.ratio; ++j)
       if (j * c.ratio >= pos0) out.insert(j * c.ratio);
   }

@@ -58,6 +58,13 @@ inline std::vector<Variant> attention_variants() {
   ds("dsv4_csa_no_bias", AttnKind::DsCsa, [](AttnConfig& c) { c.offset_bias = false; });
   ds("hca_m4_w3", AttnKind::DsHca, [](AttnConfig& c) { c.ratio = 4; c.window = 3; });
   ds("v41_csa2_indexed", AttnKind::DsCsa2, [](AttnConfig& c) { c.index_topk = 3; });
+  auto v4_real = [](AttnConfig& c) {  // DeepSeek-V4's RoPE and output: YaRN, grouped low-rank wo
+    c.rope_theta = 160000.0; c.yarn_original_len = 64; c.yarn_factor = 16.0; c.o_groups = 2; c.o_rank = 8;
+  };
+  ds("dsv4_csa_yarn_grouped", AttnKind::DsCsa, v4_real);
+  ds("hca_yarn_grouped", AttnKind::DsHca, v4_real);
+  ds("dsv4_window_yarn_grouped", AttnKind::DsWindow, v4_real);
+  chunked("yarn", [](AttnConfig& c) { c.yarn_original_len = 64; c.yarn_factor = 8.0; });
   ds("window_sink_gqa", AttnKind::Window, [](AttnConfig& c) { c.sink = true; c.n_kv_heads = 2; c.window = 5; });
   ds("full_mha_no_norm", AttnKind::Full, [](AttnConfig& c) { c.n_kv_heads = 4; c.qk_norm = false; c.rope_dims = 6; });
   return v;

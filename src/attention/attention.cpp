@@ -19,11 +19,12 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight.defined() ? y * weight : y;
 }
 
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, int dims, double theta, int sign) {
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, const std::vector<double>& inv_freq_v,
+                         int sign) {
+  const int64_t half = int64_t(inv_freq_v.size()), dims = 2 * half, Dh = x.size(-1);
   if (dims == 0) return x;
-  const int64_t Dh = x.size(-1), half = dims / 2;
   auto dopt = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
-  auto inv_freq = torch::pow(theta, -2.0 * torch::arange(half, dopt) / double(dims));     // [half]
+  auto inv_freq = torch::tensor(inv_freq_v, dopt);                                         // [half]
   auto ang = pos.to(dopt).unsqueeze(1) * inv_freq.unsqueeze(0) * double(sign);           // [T, half]
   auto cos = ang.cos().to(x.dtype()).view({1, -1, 1, half});
   auto sin = ang.sin().to(x.dtype()).view({1, -1, 1, half});
@@ -145,7 +146,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   if (N > 0)
     o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb).reshape({B, Hkv, nb, G, L, D});
 
-  if (trace) {
+  if (trace && trace->probs) {
     auto to_bhtx = [&](const torch::Tensor& t) {  // [B, Hkv, nb, G, L, X] -> [B, H, T, X]
       return t.permute({0, 1, 3, 2, 4, 5}).reshape({B, H, Tp, t.size(-1)}).narrow(2, 0, T);
     };
@@ -244,7 +245,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, AttnT
     case AttnKind::Chunked: return forward_mha(x, pos0, trace);
     case AttnKind::DsCsa:
     case AttnKind::DsHca:
-    case AttnKind::DsCsa2: return forward_ds(x, pos0, trace);
+    case AttnKind::DsCsa2:
+    case AttnKind::DsWindow: return forward_ds(x, pos0, trace);
   }
   return {};
 }
@@ -275,8 +277,8 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
   // raw projections: q [B, T, H, D] (with rows: [1, N, H, D] at the rows' positions), k / v [B, T, Hkv, D]
   auto xq = rows.defined() ? x.reshape({B * T, c.d_model}).index_select(0, rows).unsqueeze(0) : x;  // [1, N, d] or x
   auto q = rope_apply(rms_norm_opt(matmul_wt(xq, param("wq")).view({xq.size(0), xq.size(1), H, D}), qn),
-                      rows.defined() ? rows.remainder(T) + pos0 : pos, attn_rope_dims(c), c.rope_theta);
-  auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos, attn_rope_dims(c), c.rope_theta);
+                      rows.defined() ? rows.remainder(T) + pos0 : pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+  auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
   auto v = matmul_wt(x, param("wv")).view({B, T, Hkv, D});
 
   LocalSpec local;
@@ -322,7 +324,7 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
         return (alpha * payload).sum(2);                                               // [B, N, Hkv, D]
       };
       torch::Tensor alpha_v;
-      kc = rope_apply(rms_norm_opt(pool("ck", &alpha_k), kn), jj * S, attn_comp_rope_dims(c), c.rope_theta);
+      kc = rope_apply(rms_norm_opt(pool("ck", &alpha_k), kn), jj * S, attn_rope_inv_freq(c, attn_comp_rope_dims(c)));
       vc = c.tied_kv ? kc : pool("cv", &alpha_v);
       if (trace) {
         trace->gate_alpha = alpha_k;
@@ -386,7 +388,7 @@ static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const 
   auto pooled = (alpha * feat).sum(2);                                                 // [B, N, width]
   pooled = rms_norm(pooled, mod.param(pre + "norm"), c.norm_eps).unsqueeze(2);         // [B, N, 1, width]
   if (starts) *starts = jj * m;
-  return rope_apply(pooled, jj * m, rope_dims, c.rope_theta);
+  return rope_apply(pooled, jj * m, attn_rope_inv_freq(c, rope_dims));
 }
 
 torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace) {
@@ -400,25 +402,28 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   auto qa = rms_norm(matmul_wt(x, param("wq_a")), param("q_a_norm"), c.norm_eps);          // [B, T, q_rank]
   auto q = matmul_wt(qa, param("wq_b")).view({B, T, H, D});
   if (c.q_head_norm) q = rms_norm(q, torch::Tensor(), c.norm_eps);
-  q = rope_apply(q, pos, rd, c.rope_theta);
+  q = rope_apply(q, pos, attn_rope_inv_freq(c, rd));
 
   // one latent per token, both key and value: [B, T, 1, D]
-  auto lat = rope_apply(rms_norm(matmul_wt(x, param("wkv")), param("kv_norm"), c.norm_eps).unsqueeze(2), pos, rd,
-                        c.rope_theta);
+  auto lat = rope_apply(rms_norm(matmul_wt(x, param("wkv")), param("kv_norm"), c.norm_eps).unsqueeze(2), pos, attn_rope_inv_freq(c, rd));
 
-  // compressed entries [B, N, 1, D], visible iff (j+1)*m - 1 <= p
-  torch::Tensor starts;
-  auto kc = ds_compress(*this, c, x, pos0, "comp_", D, rd, &starts, trace ? &trace->gate_alpha : nullptr);
+  // compressed entries [B, N, 1, D], visible iff (j+1)*m - 1 <= p (none for a window-only layer)
+  torch::Tensor starts, kc;
+  if (c.kind != AttnKind::DsWindow)
+    kc = ds_compress(*this, c, x, pos0, "comp_", D, rd, &starts, trace ? &trace->gate_alpha : nullptr);
   torch::Tensor entry_last, entry_mask;
   if (kc.defined()) {
     const int64_t N = kc.size(1);
     entry_last = starts + c.ratio - 1;
-    if (trace) trace->entry_start = starts;
+    if (trace) {
+      trace->entry_start = starts;
+      trace->entry_kv = kc.squeeze(2).detach();
+    }
     if (c.index_topk > 0) {
       // indexer: I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j), top-min(k, visible) per query
       const int64_t HI = c.index_heads, DI = c.index_dim;
-      auto qi = rope_apply(matmul_wt(qa, param("idx_wq_b")).view({B, T, HI, DI}), pos, c.index_rope_dims, c.rope_theta);
-      auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", DI, c.index_rope_dims, nullptr).squeeze(2);  // [B, N, DI]
+      auto qi = rope_apply(matmul_wt(qa, param("idx_wq_b")).view({B, T, HI, DI}), pos, attn_rope_inv_freq(c, attn_index_rope_dims(c)));
+      auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", DI, attn_index_rope_dims(c), nullptr).squeeze(2);  // [B, N, DI]
       auto w = matmul_wt(x, param("idx_ww")) * (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
       torch::NoGradGuard no_grad;  // the selection is discrete; the LM loss does not train the indexer
       auto score = torch::zeros({B, T, N}, x.options());
@@ -430,6 +435,14 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
       auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                         // [T]
       auto take = (torch::arange(N, iopt).view({1, N}) < keep.view({T, 1})).unsqueeze(0).expand({B, T, N});
       entry_mask = torch::zeros({B, T, N}, iopt.dtype(torch::kBool)).scatter(-1, order, take);
+      if (trace) {
+        // the picks in selection order (score descending, ties to the earlier entry), -1 past the kept ones
+        const int64_t k = c.index_topk, kk = std::min<int64_t>(k, N);
+        const int64_t j0 = starts[0].item<int64_t>() / c.ratio;                          // first entry's index
+        auto picks = (order.narrow(-1, 0, kk) + j0).masked_fill(take.narrow(-1, 0, kk).logical_not(), -1);  // [B, T, kk]
+        trace->index_topk = kk == k ? picks : torch::cat({picks, torch::full({B, T, k - kk}, -1, iopt)}, -1);
+        trace->index_score = score.detach();
+      }
     }
   }
 
@@ -438,7 +451,7 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   local.block = std::max(1, c.window);
   auto sink = c.sink ? param("sink") : torch::Tensor();
   auto o = joint_attention(q, lat, lat, kc, kc, entry_last, entry_mask, local, sink, pos0, trace);  // [B, T, H, D]
-  o = rope_apply(o, pos, rd, c.rope_theta, /*sign=*/-1);  // de-rotate the output's rotary dims
+  o = rope_apply(o, pos, attn_rope_inv_freq(c, rd), /*sign=*/-1);  // de-rotate the output's rotary dims
   return output(o);
 }
 
@@ -446,7 +459,13 @@ torch::Tensor AttentionImpl::output(const torch::Tensor& o) {
   const int64_t B = o.size(0), T = o.size(1);
   auto h = head_hook_ ? head_hook_(o) : o;                                              // [B, T, H, D]
   PS_ASSERT(h.sizes() == o.sizes(), "attention head hook must return [B, T, H, D] unchanged in shape");
-  return matmul_wt(h.reshape({B, T, cfg_.n_heads * cfg_.head_dim}), param("wo"));
+  if (cfg_.o_groups == 0) return matmul_wt(h.reshape({B, T, cfg_.n_heads * cfg_.head_dim}), param("wo"));
+  // V4's grouped low-rank output: group g (heads g*H/G .. (g+1)*H/G - 1, contiguous) -> o_rank dims
+  const int64_t G = cfg_.o_groups, R = cfg_.o_rank, HDg = cfg_.n_heads * cfg_.head_dim / G;
+  auto hg = h.reshape({B, T, G, 1, HDg});                                                // [B, T, G, 1, H*D/G]
+  auto wa = param("wo_a").view({G, R, HDg});                                             // [G, R, H*D/G]
+  auto r = torch::matmul(hg, wa.transpose(1, 2)).reshape({B, T, G * R});                 // [B, T, G*R]
+  return matmul_wt(r, param("wo_b"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ namespace phasescope {
 
 // Optional diagnostics of one forward pass (tests, interp/). Filling it costs extra memory.
 struct AttnTrace {
+  bool probs = true;          // fill entry_prob and raw_prob (B*H*T*(T+N) values); off for long inputs
   torch::Tensor entry_prob;   // [B, H, T, N] softmax mass on each compressed entry (0 = not attended)
   torch::Tensor entry_start;  // [N] absolute first-token position of each entry (its RoPE position)
   torch::Tensor raw_prob;     // [B, H, T, T] softmax mass on each raw token (dense; small T only)
@@ -26,6 +27,12 @@ struct AttnTrace {
   torch::Tensor gate_alpha;    // chunked: [B, N, W, Hkv, 1 or D] key branch; DeepSeek: the compressor's
                                // [B, N, kappa*m, 1, D] (one branch, K = V)
   torch::Tensor gate_alpha_v;  // chunked with separate K/V: [B, N, W, Hkv, 1 or D] value branch; else undefined
+  // DeepSeek kinds: the compressed K = V entries after RMSNorm and RoPE at j*m, [B, N, D]; with an
+  // indexer, the selection: index_topk [B, T, index_topk] entry indices j (score descending, ties to
+  // the earlier entry, -1 where fewer are visible) and index_score [B, T, N] (-inf where not visible)
+  torch::Tensor entry_kv;
+  torch::Tensor index_topk;
+  torch::Tensor index_score;
 };
 
 // Called on the per-head attention outputs o [B, T, H, D] (positions pos0.., after DeepSeek's output
@@ -79,8 +86,10 @@ void attention_randomize(AttentionImpl& module);
 // RMSNorm over the last dim; weight may be undefined (no learned scale).
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
-// RoPE on the last `dims` channels of x [B, T, heads, Dh], interleaved pairs, at positions
-// pos [T] (absolute, int64); sign = -1 rotates back (DeepSeek's output de-rotation).
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, int dims, double theta, int sign = 1);
+// RoPE on the last dims = 2 * inv_freq.size() channels of x [B, T, heads, Dh], interleaved pairs,
+// at positions pos [T] (absolute, int64), angle pos * inv_freq[i] (attn_rope_inv_freq); sign = -1
+// rotates back (DeepSeek's output de-rotation).
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, const std::vector<double>& inv_freq,
+                         int sign = 1);
 
 }  // namespace phasescope

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -52,6 +53,16 @@ AttnConfig attn_config_default(AttnKind kind) {
       c.sink = true;
       c.rope_dims = 8;
       break;
+    case AttnKind::DsWindow:  // V4 window-only layer: the latent over the exact window, nothing compressed
+      c.n_kv_heads = 1;
+      c.ratio = 0;
+      c.overlap = false;
+      c.offset_bias = false;
+      c.q_head_norm = true;
+      c.index_topk = 0;
+      c.sink = true;
+      c.rope_dims = 8;
+      break;
   }
   return c;
 }
@@ -64,19 +75,21 @@ std::string attn_kind_name(AttnKind kind) {
     case AttnKind::DsCsa: return "dsv4-csa";
     case AttnKind::DsHca: return "hca";
     case AttnKind::DsCsa2: return "v41-csa2";
+    case AttnKind::DsWindow: return "dsv4-window";
   }
   return "?";
 }
 
 std::vector<AttnKind> attn_all_kinds() {
-  return {AttnKind::Full, AttnKind::Window, AttnKind::Chunked, AttnKind::DsCsa, AttnKind::DsHca, AttnKind::DsCsa2};
+  return {AttnKind::Full,  AttnKind::Window, AttnKind::Chunked,
+          AttnKind::DsCsa, AttnKind::DsHca,  AttnKind::DsCsa2, AttnKind::DsWindow};
 }
 
 AttnKind attn_kind_parse(const std::string& name, const std::string& where) {
   for (AttnKind k : attn_all_kinds())
     if (attn_kind_name(k) == name) return k;
   fail(where, "unknown attention kind '" + name + "'",
-       "use one of full, window, chunked, dsv4-csa, hca, v41-csa2");
+       "use one of full, window, chunked, dsv4-csa, hca, v41-csa2, dsv4-window");
 }
 
 std::string gate_kind_name(GateKind kind) {
@@ -95,13 +108,37 @@ GateKind gate_kind_parse(const std::string& name, const std::string& where) {
 }
 
 bool attn_is_ds(const AttnConfig& c) {
-  return c.kind == AttnKind::DsCsa || c.kind == AttnKind::DsHca || c.kind == AttnKind::DsCsa2;
+  return c.kind == AttnKind::DsCsa || c.kind == AttnKind::DsHca || c.kind == AttnKind::DsCsa2 ||
+         c.kind == AttnKind::DsWindow;
 }
 
 int attn_rope_dims(const AttnConfig& c) { return c.rope_dims < 0 ? c.head_dim : c.rope_dims; }
 
 int attn_comp_rope_dims(const AttnConfig& c) {
   return c.comp_rope_dims < 0 ? attn_rope_dims(c) : c.comp_rope_dims;
+}
+
+int attn_index_rope_dims(const AttnConfig& c) {
+  return c.index_rope_dims < 0 ? attn_rope_dims(c) : c.index_rope_dims;
+}
+
+std::vector<double> attn_rope_inv_freq(const AttnConfig& c, int dims) {
+  const int half = dims / 2;
+  std::vector<double> f(half);
+  for (int i = 0; i < half; ++i) f[i] = std::pow(c.rope_theta, -2.0 * i / dims);
+  if (c.yarn_original_len <= 0) return f;
+  // correction dim: the pair index whose wavelength fits `rotations` times into the original length
+  auto correction_dim = [&](double rotations) {
+    return dims * std::log(c.yarn_original_len / (rotations * 2.0 * std::acos(-1.0))) / (2.0 * std::log(c.rope_theta));
+  };
+  const double low = std::max(std::floor(correction_dim(c.yarn_beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(c.yarn_beta_slow)), double(dims - 1));
+  if (low == high) high += 0.001;
+  for (int i = 0; i < half; ++i) {
+    const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);  // 0 = keep, 1 = interpolate
+    f[i] = f[i] / c.yarn_factor * ramp + f[i] * (1.0 - ramp);
+  }
+  return f;
 }
 
 int attn_stride(const AttnConfig& c) {
@@ -125,6 +162,20 @@ void attn_config_validate(const AttnConfig& c, const std::string& where) {
   need(rd >= 0 && rd <= c.head_dim && rd % 2 == 0, "rope_dims",
        "must be -1 (all), 0 (none) or an even number <= head_dim", "e.g. rope_dims = 16");
   need(c.rope_theta > 0, "rope_theta", "must be positive", "e.g. 10000");
+  need(c.yarn_original_len >= 0, "yarn_original_len", "must be >= 0", "0 = no YaRN; DeepSeek-V4 uses 65536");
+  if (c.yarn_original_len > 0) {
+    need(c.yarn_factor >= 1, "yarn_factor", "must be >= 1", "DeepSeek-V4 uses 16");
+    need(c.yarn_beta_fast > c.yarn_beta_slow && c.yarn_beta_slow > 0, "yarn_beta_fast",
+         "needs yarn_beta_fast > yarn_beta_slow > 0", "DeepSeek-V4 uses 32 and 1");
+  }
+  need(c.o_groups >= 0, "o_groups", "must be >= 0", "0 = one output matrix wo");
+  if (c.o_groups > 0) {
+    need(attn_is_ds(c), "o_groups", "the grouped low-rank output exists for the DeepSeek kinds only",
+         "set o_groups = 0");
+    need(c.n_heads % c.o_groups == 0, "o_groups", "must divide n_heads (" + std::to_string(c.n_heads) + ")",
+         "e.g. o_groups = 1");
+    need(c.o_rank > 0, "o_rank", "must be positive with o_groups > 0", "e.g. o_rank = 32");
+  }
   need(c.window >= 0, "window", "must be >= 0", "e.g. window = 16");
   need(c.norm_eps > 0, "norm_eps", "must be positive", "e.g. 1e-6");
 
@@ -139,7 +190,13 @@ void attn_config_validate(const AttnConfig& c, const std::string& where) {
   }
   if (attn_is_ds(c)) {
     need(c.n_kv_heads == 1, "n_kv_heads", "DeepSeek kinds share one latent (MQA)", "set n_kv_heads = 1");
-    need(c.ratio >= 1, "ratio", "must be >= 1", "e.g. ratio = 4");
+    if (c.kind == AttnKind::DsWindow)
+      need(c.ratio == 0 && c.index_topk == 0, "ratio", "a window-only layer compresses nothing",
+           "set ratio = 0 and index_topk = 0, or use kind dsv4-csa / hca");
+    else
+      need(c.ratio >= 1, "ratio", "must be >= 1", "e.g. ratio = 4");
+    if (c.kind == AttnKind::DsWindow)
+      need(c.window >= 1, "window", "a window-only layer needs window >= 1", "e.g. window = 16");
     need(c.window >= c.ratio - 1, "window",
          "must be >= ratio - 1, or tokens of the open block are reachable by nothing",
          "raise window to at least " + std::to_string(c.ratio - 1));
@@ -148,8 +205,9 @@ void attn_config_validate(const AttnConfig& c, const std::string& where) {
     if (c.index_topk > 0) {
       need(c.index_heads > 0, "index_heads", "must be positive", "e.g. index_heads = 4");
       need(c.index_dim > 0 && c.index_dim % 2 == 0, "index_dim", "must be positive and even", "e.g. 16");
-      need(c.index_rope_dims >= 0 && c.index_rope_dims <= c.index_dim && c.index_rope_dims % 2 == 0,
-           "index_rope_dims", "must be an even number <= index_dim", "e.g. index_rope_dims = 8");
+      const int ird = attn_index_rope_dims(c);
+      need(ird >= 0 && ird <= c.index_dim && ird % 2 == 0, "index_rope_dims",
+           "must be -1 (as rope_dims) or an even number <= index_dim", "e.g. index_rope_dims = -1");
     }
     if (c.kind == AttnKind::DsHca) {
       need(!c.overlap, "overlap", "HCA does not overlap blocks", "set overlap = false or kind = dsv4-csa");
@@ -176,6 +234,12 @@ const JsonTable<AttnConfig>& field_table() {
     t["head_dim"] = json_field(&AttnConfig::head_dim);
     t["rope_theta"] = json_field(&AttnConfig::rope_theta);
     t["rope_dims"] = json_field(&AttnConfig::rope_dims);
+    t["yarn_factor"] = json_field(&AttnConfig::yarn_factor);
+    t["yarn_original_len"] = json_field(&AttnConfig::yarn_original_len);
+    t["yarn_beta_fast"] = json_field(&AttnConfig::yarn_beta_fast);
+    t["yarn_beta_slow"] = json_field(&AttnConfig::yarn_beta_slow);
+    t["o_groups"] = json_field(&AttnConfig::o_groups);
+    t["o_rank"] = json_field(&AttnConfig::o_rank);
     t["qk_norm"] = json_field(&AttnConfig::qk_norm);
     t["sink"] = json_field(&AttnConfig::sink);
     t["window"] = json_field(&AttnConfig::window);
@@ -272,7 +336,12 @@ std::vector<ParamSpec> attn_param_specs(const AttnConfig& c) {
   p.push_back(lin("wq_b", H * D, c.q_rank));
   p.push_back(lin("wkv", D, d));
   p.push_back({"kv_norm", {D}, InitKind::Ones});
-  p.push_back(lin("wo", d, H * D));
+  if (c.o_groups > 0) {
+    p.push_back(lin("wo_a", int64_t(c.o_groups) * c.o_rank, H * D / c.o_groups));
+    p.push_back(lin("wo_b", d, int64_t(c.o_groups) * c.o_rank));
+  } else {
+    p.push_back(lin("wo", d, H * D));
+  }
   if (c.sink) p.push_back({"sink", {H}, InitKind::Zeros});
   auto compressor = [&](const std::string& pre, int64_t width) {
     p.push_back(lin(pre + "wkv", kappa * width, d));
@@ -280,6 +349,7 @@ std::vector<ParamSpec> attn_param_specs(const AttnConfig& c) {
     if (c.offset_bias) p.push_back({pre + "ape", {m, kappa * width}, InitKind::Zeros});
     p.push_back({pre + "norm", {width}, InitKind::Ones});
   };
+  if (c.kind == AttnKind::DsWindow) return p;
   compressor("comp_", D);
   if (c.index_topk > 0) {
     p.push_back(lin("idx_wq_b", int64_t(c.index_heads) * c.index_dim, c.q_rank));

@@ -26,6 +26,8 @@ enum class AttnKind {
   DsCsa,    // DeepSeek-V4 CSA: m = 4, overlapping previous-block half, indexer top-k, K = V latent
   DsHca,    // DeepSeek-V4 HCA: ratio m (128 in V4), no overlap, dense over visible entries
   DsCsa2,   // DeepSeek-V4.1 CSA2: ratio 2, no overlap, no offset bias
+  DsWindow, // DeepSeek-V4's window-only layers (compress ratio 0): the same MQA latent, sink and
+            // output as CSA/HCA, attention over the exact window only, no compressor
 };
 
 enum class GateKind {
@@ -43,6 +45,13 @@ struct AttnConfig {
   int n_kv_heads = 1;        // Hkv (DeepSeek kinds: must be 1, the latent is shared by all heads)
   int head_dim = 16;         // D (DeepSeek kinds: the latent width, 512 in V4)
   double rope_theta = 10000.0;
+  // YaRN (DeepSeek-V4's compressed layers: factor 16, original length 65536, beta 32 / 1). Off when
+  // yarn_original_len = 0. On, the rotary pairs i whose wavelength exceeds the original length run
+  // at inv_freq_i / yarn_factor, the fast ones unchanged, a linear ramp between (attn_rope_inv_freq).
+  double yarn_factor = 1.0;
+  int yarn_original_len = 0;
+  double yarn_beta_fast = 32.0;
+  double yarn_beta_slow = 1.0;
   int rope_dims = -1;        // RoPE on the LAST rope_dims dims of a head, interleaved pairs; -1 = all D, 0 = none
   bool qk_norm = true;       // RMSNorm (learned weight) on q and k per head; full/window/chunked only
   bool sink = false;         // learned per-head logit s_h: adds exp(s_h) to the softmax denominator only
@@ -68,7 +77,12 @@ struct AttnConfig {
   int index_topk = 0;        // indexer keeps the top-k visible entries per query; 0 = no indexer (dense)
   int index_heads = 4;       // indexer heads
   int index_dim = 16;        // indexer head dim (and its compressor's width)
-  int index_rope_dims = 8;   // RoPE dims (last ones) of indexer q/k
+  int index_rope_dims = -1;  // RoPE dims (last ones) of indexer q/k; -1 = rope_dims (V4: rope_head_dim)
+  // output: 0 = one matrix wo [d, H*D]; > 0 = V4's grouped low-rank output: the H heads in
+  // o_groups contiguous groups, wo_a [o_groups*o_rank, H*D/o_groups] maps each group to o_rank
+  // dims, wo_b [d, o_groups*o_rank] maps their concatenation back
+  int o_groups = 0;
+  int o_rank = 0;
 };
 
 // Defaults for a kind at toy scale (every field set; callers then override).
@@ -77,7 +91,8 @@ AttnConfig attn_config_default(AttnKind kind);
 // Throws phasescope::Error naming `where` and the field when the config is inconsistent.
 void attn_config_validate(const AttnConfig& cfg, const std::string& where);
 
-// Names used in JSON, presets and the CLI: "full", "window", "chunked", "dsv4-csa", "hca", "v41-csa2".
+// Names used in JSON, presets and the CLI: "full", "window", "chunked", "dsv4-csa", "hca", "v41-csa2",
+// "dsv4-window".
 std::string attn_kind_name(AttnKind kind);
 AttnKind attn_kind_parse(const std::string& name, const std::string& where);
 std::string gate_kind_name(GateKind kind);
@@ -92,9 +107,15 @@ AttnConfig attn_config_from_json(const std::string& json_text, const std::string
 // Derived quantities (used by both implementations and by reports).
 int attn_rope_dims(const AttnConfig& cfg);       // rope_dims with -1 resolved
 int attn_comp_rope_dims(const AttnConfig& cfg);  // comp_rope_dims with -1 resolved
+int attn_index_rope_dims(const AttnConfig& cfg); // index_rope_dims with -1 resolved
+// Inverse frequencies of the rotary pairs i = 0 .. dims/2 - 1 on `dims` dims: theta^(-2i/dims), with
+// YaRN (yarn_original_len > 0) blended as DeepSeek's precompute_freqs_cis does: pairs below the
+// beta_fast correction dim keep their frequency, pairs above the beta_slow one run at 1/yarn_factor,
+// a linear ramp between. The one formula both implementations use.
+std::vector<double> attn_rope_inv_freq(const AttnConfig& cfg, int dims);
 int attn_stride(const AttnConfig& cfg);          // S for chunked, m for DeepSeek kinds, 0 otherwise
 bool attn_is_compressed(const AttnConfig& cfg);
-bool attn_is_ds(const AttnConfig& cfg);            // DsCsa, DsHca or DsCsa2
+bool attn_is_ds(const AttnConfig& cfg);            // DsCsa, DsHca, DsCsa2 or DsWindow
 
 // ---------------------------------------------------------------------------------------------
 // Parameter inventory. Linear weights are [out, in] (y = W x). Both implementations look

@@ -44,12 +44,14 @@ void rmsnorm(Vec& v, const RefTensor* weight, double eps) {
   for (size_t i = 0; i < v.size(); ++i) v[i] *= inv * (weight ? weight->data[i] : 1.0);
 }
 
-// RoPE on the last `dims` entries of v, interleaved pairs (2i, 2i+1), angle = pos * theta^(-2i/dims).
-// pos may be negative (inverse rotation).
-void rope(Vec& v, int dims, double pos, double theta) {
+// RoPE on the last 2 * inv_freq.size() entries of v, interleaved pairs (2i, 2i+1), angle = pos *
+// inv_freq[i] (attn_rope_inv_freq: theta^(-2i/dims), YaRN-blended when configured). pos may be
+// negative (inverse rotation).
+void rope(Vec& v, const std::vector<double>& inv_freq, double pos) {
+  const int dims = 2 * int(inv_freq.size());
   const int start = int(v.size()) - dims;
   for (int i = 0; i < dims / 2; ++i) {
-    const double freq = std::pow(theta, -2.0 * i / dims);
+    const double freq = inv_freq[i];
     const double c = std::cos(pos * freq), s = std::sin(pos * freq);
     double& a = v[start + 2 * i];
     double& b = v[start + 2 * i + 1];
@@ -144,12 +146,12 @@ std::vector<double> reference_mha(const AttnConfig& c, const RefParams& P, const
     for (int h = 0; h < H; ++h) {
       q[t][h] = matvec(param(P, "wq"), int64_t(h) * D, D, xt);
       if (qn) rmsnorm(q[t][h], qn, c.norm_eps);
-      rope(q[t][h], rd, p, c.rope_theta);
+      rope(q[t][h], attn_rope_inv_freq(c, rd), p);
     }
     for (int g = 0; g < Hkv; ++g) {
       k[t][g] = matvec(param(P, "wk"), int64_t(g) * D, D, xt);
       if (kn) rmsnorm(k[t][g], kn, c.norm_eps);
-      rope(k[t][g], rd, p, c.rope_theta);
+      rope(k[t][g], attn_rope_inv_freq(c, rd), p);
       v[t][g] = matvec(param(P, "wv"), int64_t(g) * D, D, xt);
     }
   }
@@ -164,7 +166,7 @@ std::vector<double> reference_mha(const AttnConfig& c, const RefParams& P, const
         e.last = j * c.S + c.W - 1;
         e.key = chunk_pool(c, P, "ck", g, j, x, pos0);
         if (kn) rmsnorm(e.key, kn, c.norm_eps);
-        rope(e.key, attn_comp_rope_dims(c), double(e.start), c.rope_theta);
+        rope(e.key, attn_rope_inv_freq(c, attn_comp_rope_dims(c)), double(e.start));
         e.val = c.tied_kv ? e.key : chunk_pool(c, P, "cv", g, j, x, pos0);
         entries[g].push_back(e);
       }
@@ -267,11 +269,25 @@ std::vector<Entry> ds_compress(const AttnConfig& c, const RefParams& P, const st
       for (size_t n = 0; n < logit.size(); ++n) e.key[ch] += std::exp(logit[n] - mx) / den * feat[n];
     }
     rmsnorm(e.key, &param(P, pre + "norm"), c.norm_eps);
-    rope(e.key, rope_dims, double(e.start), c.rope_theta);
+    rope(e.key, attn_rope_inv_freq(c, rope_dims), double(e.start));
     e.val = e.key;  // K = V
     entries.push_back(e);
   }
   return entries;
+}
+
+// The output of one query position from its heads' outputs concat [H*D]: wo, or V4's grouped
+// low-rank output: group g = heads g*H/G .. (g+1)*H/G - 1 (entries g*H*D/G .., contiguous) maps
+// through rows g*R .. (g+1)*R - 1 of wo_a to R dims; wo_b maps the G*R concatenation to d.
+Vec ds_output(const AttnConfig& c, const RefParams& P, const Vec& concat) {
+  if (c.o_groups == 0) return matvec(param(P, "wo"), 0, c.d_model, concat.data());
+  const int G = c.o_groups, R = c.o_rank, HDg = c.n_heads * c.head_dim / G;
+  Vec r;
+  for (int g = 0; g < G; ++g) {
+    Vec rg = matvec(param(P, "wo_a"), int64_t(g) * R, R, &concat[int64_t(g) * HDg]);
+    r.insert(r.end(), rg.begin(), rg.end());
+  }
+  return matvec(param(P, "wo_b"), 0, c.d_model, r.data());
 }
 
 std::vector<double> reference_ds(const AttnConfig& c, const RefParams& P, const std::vector<double>& x, int T,
@@ -291,24 +307,25 @@ std::vector<double> reference_ds(const AttnConfig& c, const RefParams& P, const 
     for (int h = 0; h < H; ++h) {
       q[t][h] = matvec(param(P, "wq_b"), int64_t(h) * D, D, qa.data());
       if (c.q_head_norm) rmsnorm(q[t][h], nullptr, c.norm_eps);
-      rope(q[t][h], rd, p, c.rope_theta);
+      rope(q[t][h], attn_rope_inv_freq(c, rd), p);
     }
     lat[t] = matvec(param(P, "wkv"), 0, D, xt);
     rmsnorm(lat[t], &param(P, "kv_norm"), c.norm_eps);
-    rope(lat[t], rd, p, c.rope_theta);
+    rope(lat[t], attn_rope_inv_freq(c, rd), p);
     if (indexed) {
       for (int h = 0; h < HI; ++h) {
         qi[t][h] = matvec(param(P, "idx_wq_b"), int64_t(h) * DI, DI, qa.data());
-        rope(qi[t][h], c.index_rope_dims, p, c.rope_theta);
+        rope(qi[t][h], attn_rope_inv_freq(c, attn_index_rope_dims(c)), p);
       }
       wi[t] = matvec(param(P, "idx_ww"), 0, HI, xt);
       for (double& w : wi[t]) w *= 1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI));
     }
   }
 
-  std::vector<Entry> entries = ds_compress(c, P, "comp_", D, rd, x, T, pos0);
+  std::vector<Entry> entries;  // a window-only layer (DsWindow) compresses nothing
+  if (c.kind != AttnKind::DsWindow) entries = ds_compress(c, P, "comp_", D, rd, x, T, pos0);
   std::vector<Entry> index_keys;
-  if (indexed) index_keys = ds_compress(c, P, "idx_comp_", DI, c.index_rope_dims, x, T, pos0);
+  if (indexed) index_keys = ds_compress(c, P, "idx_comp_", DI, attn_index_rope_dims(c), x, T, pos0);
 
   const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> out(int64_t(T) * d, 0.0);
@@ -348,14 +365,14 @@ std::vector<double> reference_ds(const AttnConfig& c, const RefParams& P, const 
       }
       const double sink = c.sink ? param(P, "sink").data[h] : 0.0;
       Vec o = attend(q[t][h], keys, vals, scale, c.sink, sink);
-      rope(o, rd, -double(p), c.rope_theta);  // de-rotate the output's rotary dims at the query position
+      rope(o, attn_rope_inv_freq(c, rd), -double(p));  // de-rotate the output's rotary dims at the query position
       concat.insert(concat.end(), o.begin(), o.end());
       if (trace) {
         trace->entries[t][h] = entry_pos;
         trace->raw[t][h] = raw_pos;
       }
     }
-    Vec y = matvec(param(P, "wo"), 0, d, concat.data());
+    Vec y = ds_output(c, P, concat);
     std::copy(y.begin(), y.end(), out.begin() + int64_t(t) * d);
   }
   return out;

@@ -25,7 +25,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) : cfg_(cfg) {
     {
       torch::NoGradGuard g;
       for (const ParamSpec& spec : attn_param_specs(a->config()))
-        if (spec.init == InitKind::Normal) a->param(spec.name).normal_(0.0, spec.name == "wo" ? out_std : std);
+        if (spec.init == InitKind::Normal) a->param(spec.name).normal_(0.0, (spec.name == "wo" || spec.name == "wo_b") ? out_std : std);
     }
     attn_.push_back(register_module("attn" + s, a));
     attn_norm_.push_back(register_parameter("attn_norm" + s, torch::ones({d})));
@@ -107,7 +107,7 @@ std::string model_describe(DecoderImpl& model) {
   for (const auto& a : c.layers) {
     std::string k = attn_kind_name(a.kind);
     if (a.kind == AttnKind::Chunked) k += fmt::format(" W{}/S{}", a.W, a.S);
-    if (attn_is_ds(a)) k += fmt::format(" m{}", a.ratio);
+    if (attn_is_ds(a) && a.ratio > 0) k += fmt::format(" m{}", a.ratio);
     kinds += (kinds.empty() ? "" : ", ") + k;
   }
   return fmt::format("{} layers [{}], d={}, heads={}x{} (kv {}), mlp={}, vocab={}, {:.2f}M params", c.n_layers, kinds,
