@@ -120,8 +120,11 @@ static std::string heatmap_script(const PlotPanel& p, int index, const fs::path&
   else
     gp << "set palette defined (0 '#f7f7f7', 1 '#b2182b')\nset cbrange [0:" << gp_number(amax) << "]\n";
   const std::string q = gp_quote(file.string());
-  gp << "plot " << q << " using 1:2:3 with image, \\\n     " << gp_quote(labels.string())
-     << " using 1:2:(sprintf('%.0f', $3)) with labels font ',8'\n";
+  gp << "plot " << q << " using 1:2:3 with image";
+  if (!p.heat_label_format.empty())
+    gp << ", \\\n     " << gp_quote(labels.string()) << " using 1:2:(sprintf(" << gp_quote(p.heat_label_format)
+       << ", $3)) with labels font ',8'";
+  gp << "\n";
   return gp.str();
 }
 

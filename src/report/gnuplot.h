@@ -45,6 +45,7 @@ struct PlotPanel {
   std::vector<std::vector<double>> heat;
   std::vector<std::string> heat_rows, heat_cols;       // labels (sizes = rows, columns)
   bool heat_diverging = true;                          // blue-white-red around 0 (else white to red)
+  std::string heat_label_format = "%.0f";              // printf format of the value printed in each cell; "" = none
 };
 
 // Several panels in a grid, row-major, in one PNG.

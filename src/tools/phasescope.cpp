@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   phasescope::add_tokenize_command(app);
   phasescope::add_serve_command(app);
   phasescope::add_probe_command(app);
+  phasescope::add_v4_command(app);
 
   // run the chosen one
   try {
