@@ -169,9 +169,9 @@ int main(int argc, char** argv) {
     const std::string dir = (std::filesystem::temp_directory_path() / "phasescope-probe-bench").string();
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    ProbeRunOptions po;
+    ScoringOptions po;
     po.max_failed_batches = 1000000;  // the canned answers are all wrong; that is not a failure
-    const ProbeRunSummary sum = probe_run_journal(
+    const ScoringSummary sum = scoring_run(
         b, d.samples(), [&](int64_t i) { return needle_render(d, i, "fake-model"); }, dir + "/journal.jsonl", po);
     fmt::print("\nneedle probe, context 1024, {} prompts, 64 in flight, batches of {}: design {:.2f} s (tokenize + "
                "verify), scoring {:.2f} s = {:.0f} requests/s journaled ({} failed)\n",

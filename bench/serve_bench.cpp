@@ -27,6 +27,7 @@
 #include "eval/layout.h"
 #include "eval/model_backend.h"
 #include "serve/server.h"
+#include "model/load.h"
 #include "train/trainer.h"
 
 using namespace phasescope;

@@ -70,7 +70,7 @@ TEST(Journal, RecordRoundTripsThroughJson) {
 TEST(Journal, TornLastLineIsIgnoredAndCutBeforeAppending) {
   const std::string dir = te::temp_dir("journal"), path = dir + "/journal.jsonl";
   {
-    JournalWriter w(path);
+    JournalWriter w(path, {{"model", "test"}});
     w.append(sample_record(0));
     w.append(sample_record(1));
   }
@@ -80,7 +80,7 @@ TEST(Journal, TornLastLineIsIgnoredAndCutBeforeAppending) {
   EXPECT_EQ(jl.records.size(), 2u);
   EXPECT_EQ(jl.torn_bytes, 40);
   {
-    JournalWriter w(path);
+    JournalWriter w(path, {{"model", "test"}});
     EXPECT_EQ(w.torn_bytes_cut(), 40);
     w.append(sample_record(2));
   }
@@ -94,7 +94,7 @@ TEST(Journal, TornLastLineIsIgnoredAndCutBeforeAppending) {
 TEST(Journal, DuplicatesKeepTheFirstAnswerAndAnswersSupersedeFailures) {
   const std::string dir = te::temp_dir("journal"), path = dir + "/journal.jsonl";
   {
-    JournalWriter w(path);
+    JournalWriter w(path, {{"model", "test"}});
     JournalRecord failed = sample_record(0);
     failed.error = "timeout";
     failed.answer = -1;
@@ -151,6 +151,7 @@ std::map<int64_t, int> scored_lines(const std::string& path) {
   std::istringstream in(slurp(path));
   std::string line;
   while (std::getline(in, line)) {
+    if (line.rfind("{\"journal_identity\"", 0) == 0) continue;  // the first line: the run's identity
     const JournalRecord r = journal_record_from_json(nlohmann::json::parse(line), path);
     if (r.scored()) n[r.id]++;
   }

@@ -10,9 +10,11 @@
 #include <filesystem>
 
 #include "attention/attention.h"
+#include "core/check.h"
 #include "data/tasks.h"
 #include "eval/model_backend.h"
 #include "explain/explain.h"
+#include "model/load.h"
 #include "model/model.h"
 
 using namespace phasescope;
@@ -37,6 +39,7 @@ ExplainOptions small() {
   o.R = 8;
   o.deltas = {-1, 2};
   o.report = false;
+  o.fresh = true;  // fixed temp folders: never resume another test run's journals
   return o;
 }
 
@@ -96,7 +99,7 @@ TEST(Explain, GateStatisticsOfForcedGates) {
       a.param("cv_gate_b").zero_();
     }
   }
-  ExplainResults r = explain_run(*m, p, small(), (fs::temp_directory_path() / "ps_explain_gates").string());
+  ExplainResults r = explain_run(m, p, small(), (fs::temp_directory_path() / "ps_explain_gates").string());
   ASSERT_EQ(r.gates.size(), size_t(2 * p.model.n_layers));
   for (const auto& g : r.gates) {
     if (g.branch == "k") {
@@ -120,7 +123,7 @@ TEST(Explain, KnockoutOfAnUnusedLayerChangesNothing) {
     torch::NoGradGuard g;
     m->attention(1)->param("wo").zero_();  // layer 1 writes nothing to the residual stream
   }
-  ExplainResults r = explain_run(*m, p, small(), (fs::temp_directory_path() / "ps_explain_ko").string());
+  ExplainResults r = explain_run(m, p, small(), (fs::temp_directory_path() / "ps_explain_ko").string());
   ASSERT_EQ(r.knockouts.size(), 2u);
   const KnockoutRow& unused = r.knockouts[1];
   EXPECT_EQ(unused.label, "L1");
@@ -153,7 +156,7 @@ TEST(Explain, KnockoutRowsPerKvHead) {
   Decoder m(p.model);
   ExplainOptions o = small();
   o.deltas = {};
-  ExplainResults r = explain_run(*m, p, o, (fs::temp_directory_path() / "ps_explain_kv").string());
+  ExplainResults r = explain_run(m, p, o, (fs::temp_directory_path() / "ps_explain_kv").string());
   ASSERT_EQ(r.knockouts.size(), size_t(p.model.n_layers * 3));  // the layer, then each of its 2 KV heads
   EXPECT_EQ(r.knockouts[1].label, "L0.kv0");
   const int G = p.model.n_heads / 2;
@@ -171,7 +174,14 @@ TEST(Explain, GateCyclingRoundTripIsExact) {
   EvalOptions eo = eval_options_for(p, PadProtocol::Prefix, 256, 8, 1);
   const LayoutDesign d = layout_build(eo.layout);
   std::vector<int> c0, c1;
-  PhaseAccuracy a0 = explain_accuracy(*m, d, 8, 16, &c0);
+  LoadedModel lm;
+  lm.preset = p;
+  lm.model = m;
+  lm.hash = model_content_hash(*m, p);
+  ModelBackend backend(lm, p.name, 5, 16);
+  const std::string jdir = (fs::temp_directory_path() / "ps_explain_cyc_journals").string();
+  fs::create_directories(jdir);
+  PhaseAccuracy a0 = explain_accuracy(backend, d, 8, p.name, "clean", jdir + "/a0.jsonl", true, &c0);
 
   EXPECT_EQ(gate_cycle(*m, 3), (std::vector<int>{0, 1}));
   bool moved = false;
@@ -189,12 +199,12 @@ TEST(Explain, GateCyclingRoundTripIsExact) {
   gate_cycle(*m, -3);
   i = 0;
   for (const auto& t : m->parameters()) EXPECT_TRUE(torch::equal(t, before[i++]));
-  PhaseAccuracy a1 = explain_accuracy(*m, d, 8, 16, &c1);
+  PhaseAccuracy a1 = explain_accuracy(backend, d, 8, p.name, "clean", jdir + "/a1.jsonl", true, &c1);
   EXPECT_EQ(c0, c1);
   EXPECT_EQ(a0.acc, a1.acc);
 
   // explain_run restores the weights itself after its cycling sweep
-  explain_run(*m, p, small(), (fs::temp_directory_path() / "ps_explain_cyc").string());
+  explain_run(m, p, small(), (fs::temp_directory_path() / "ps_explain_cyc").string());
   i = 0;
   for (const auto& t : m->parameters()) EXPECT_TRUE(torch::equal(t, before[i++]));
 }
@@ -238,3 +248,54 @@ TEST(TokenShift, CausalConvolutionWithZeroStart) {
   torch::NoGradGuard g;
   EXPECT_TRUE(torch::allclose(a->forward(tokens), b->forward(tokens)));
 }
+
+namespace phasescope {
+namespace {
+
+// a layout whose R is not a multiple of the stride is the user's mistake: an Error with the fix, not an
+// internal assertion
+TEST(Explain, RNotAMultipleOfTheStrideIsAUserError) {
+  Preset p = tiny("w8s8-1kv");
+  torch::manual_seed(6);
+  Decoder m(p.model);
+  ExplainOptions o = small();
+  o.R = 7;
+  try {
+    explain_run(m, p, o, (fs::temp_directory_path() / "ps_explain_badr").string());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("explain --R 7"), std::string::npos) << what;
+    EXPECT_NE(what.find("multiple of the model's stride 8"), std::string::npos) << what;
+    EXPECT_EQ(what.find("internal check"), std::string::npos) << what;
+  }
+}
+
+// every accuracy explain reports comes from a journal through the scoring engine, with its Wilson
+// interval; a rerun resumes those journals and gives the same numbers
+TEST(Explain, AccuraciesCarryWilsonIntervalsAndResume) {
+  Preset p = tiny("w8s8-1kv");
+  torch::manual_seed(7);
+  Decoder m(p.model);
+  const std::string dir = (fs::temp_directory_path() / "ps_explain_ci").string();
+  ExplainResults r = explain_run(m, p, small(), dir);
+  ASSERT_FALSE(r.knockouts.empty());
+  for (const PhaseAccuracy* a : {&r.clean, &r.knockouts[0].acc}) {
+    ASSERT_EQ(a->lo.size(), size_t(r.S));
+    for (int s = 0; s < r.S; ++s) {
+      EXPECT_LE(a->lo[size_t(s)], a->acc[size_t(s)]);
+      EXPECT_GE(a->hi[size_t(s)], a->acc[size_t(s)]);
+      EXPECT_LT(a->hi[size_t(s)] - a->lo[size_t(s)], 1.0);
+    }
+  }
+  EXPECT_TRUE(fs::exists(dir + "/journals/clean.jsonl"));
+  EXPECT_TRUE(fs::exists(dir + "/journals/knockout-L0.jsonl"));
+  ExplainOptions again = small();
+  again.fresh = false;  // resume every condition's journal
+  ExplainResults r2 = explain_run(m, p, again, dir);
+  EXPECT_EQ(r2.clean.acc, r.clean.acc);
+  EXPECT_EQ(r2.knockouts[0].acc.acc, r.knockouts[0].acc.acc);
+}
+
+}  // namespace
+}  // namespace phasescope

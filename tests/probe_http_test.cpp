@@ -494,7 +494,7 @@ TEST(NeedleProbe, RecoversAPlantedPhasePatternExactly) {
 
   // every prompt: the same length and query position, the target's residue as designed
   for (int64_t i = 0; i < d.samples(); ++i) {
-    const ProbeSample ps = needle_render(d, i, "fake-model");
+    const ScoringSample ps = needle_render(d, i, "fake-model");
     ASSERT_EQ(int64_t(ps.prompt.size()), 600);
     EXPECT_EQ(ps.rec.query_pos, 599);
     EXPECT_EQ(ps.rec.residue, i % 8);
@@ -746,6 +746,7 @@ TEST(ProbeCli, ResumeAfterKillLosesNothingAndDuplicatesNothing) {
   std::istringstream in(slurp(journal));
   std::string line;
   while (std::getline(in, line)) {
+    if (line.rfind("{\"journal_identity\"", 0) == 0) continue;  // the first line: the run's identity
     const JournalRecord r = journal_record_from_json(nlohmann::json::parse(line), "journal");
     if (r.scored()) scored_lines[r.id]++;
   }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 
 namespace phasescope {
 
@@ -178,9 +179,8 @@ Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<ui
 
 TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed) : cfg_(cfg), vocab_(task_vocab(cfg)), rng_(seed) {
   if (cfg_.task == "text" || cfg_.task == "mix") {
-    std::ifstream f(cfg_.text_file, std::ios::binary);
-    if (!f) fail(cfg_.text_file, "cannot open the text file", "check task.text_file / --text");
-    text_.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    const std::string bytes = io_read_text(cfg_.text_file, "check task.text_file / --text");
+    text_.assign(bytes.begin(), bytes.end());
     if (text_.size() < size_t(cfg_.seq_len))
       fail(cfg_.text_file, "has " + std::to_string(text_.size()) + " bytes, fewer than seq_len " + std::to_string(cfg_.seq_len),
            "use a longer file or a shorter task.seq_len");

@@ -29,6 +29,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string describe() const = 0;  // one line: what model, where, what precision
+  // What decides this backend's answers, recorded in every journal's identity (scoring.h): the kind,
+  // the model's content hash or the served model's name, the options that change scores. Never
+  // what may change without changing answers (a port, a thread count). Default: describe().
+  virtual std::string identity() const { return describe(); }
   // One result per request, same order. May throw phasescope::Error for a failure of the whole batch.
   virtual std::vector<ScoreResult> score(const std::vector<ScoreRequest>& batch) = 0;
   virtual int max_batch() const { return 16; }

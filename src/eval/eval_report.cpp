@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "report/html.h"
 #include "report/phase_plot.h"
 
@@ -87,7 +88,7 @@ std::string period_table(const EvalResults& r) {
 void eval_report_add_sections(ReportDoc& doc, const std::vector<EvalResults>& runs,
                               const std::string& fig_dir, const std::string& id_prefix) {
   PS_ASSERT(!runs.empty(), "eval report: no runs");
-  report_make_dir(fig_dir);
+  io_make_dirs(fig_dir);
 
   // summary of every run
   std::vector<std::vector<std::string>> rows;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/io.h"
 
 namespace phasescope {
 
@@ -116,32 +117,10 @@ JournalRecord journal_record_from_json(const nlohmann::json& j, const std::strin
   return r;
 }
 
-std::string journal_tokens_hash(const std::vector<int>& tokens) {
-  uint64_t h = 1469598103934665603ull;
-  for (int t : tokens) {
-    uint32_t u = static_cast<uint32_t>(t);
-    for (int i = 0; i < 4; ++i) {
-      h ^= (u >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  return fmt::format("{:016x}", h);
-}
-
-static std::string read_all(const std::string& path, bool* exists) {
-  std::ifstream in(path, std::ios::binary);
-  *exists = static_cast<bool>(in);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 JournalLoad journal_load(const std::string& path) {
   JournalLoad out;
-  bool exists = false;
-  const std::string text = read_all(path, &exists);
-  if (!exists) return out;
+  if (!io_exists(path)) return out;
+  const std::string text = io_read_text(path, "check the --out folder's permissions");
   const size_t last_nl = text.rfind('\n');
   const size_t complete = last_nl == std::string::npos ? 0 : last_nl + 1;
   out.torn_bytes = static_cast<int64_t>(text.size() - complete);
@@ -163,6 +142,14 @@ JournalLoad journal_load(const std::string& path) {
       fail(where, "line is not valid JSON (a complete line, so not a torn write)",
            "the journal was edited or corrupted; delete it (or this line) and rerun");
     }
+    if (line_no == 1 && j.is_object() && j.contains("journal_identity")) {
+      const nlohmann::json& id = j["journal_identity"];
+      if (!id.is_object()) fail(where, "journal_identity must be an object", "delete the journal and rerun");
+      for (const auto& [k, v] : id.items())
+        out.identity[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      out.has_identity = true;
+      continue;
+    }
     JournalRecord r = journal_record_from_json(j, where);
     ++out.lines;
     if (!r.scored()) ++out.error_lines;
@@ -182,14 +169,16 @@ JournalLoad journal_load(const std::string& path) {
   return out;
 }
 
-JournalWriter::JournalWriter(const std::string& path) : path_(path) {
+JournalWriter::JournalWriter(const std::string& path, const JournalIdentity& identity) : path_(path) {
   // cut a torn tail so the next line starts on a fresh line
-  bool exists = false;
-  const std::string text = read_all(path, &exists);
+  const bool exists = io_exists(path);
+  const std::string text = exists ? io_read_text(path) : std::string();
+  size_t size = text.size();
   if (exists && !text.empty() && text.back() != '\n') {
     const size_t last_nl = text.rfind('\n');
     const size_t keep = last_nl == std::string::npos ? 0 : last_nl + 1;
     torn_cut_ = static_cast<int64_t>(text.size() - keep);
+    size = keep;
     if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0)
       fail(path, std::string("cannot cut the torn last line (") + std::strerror(errno) + ")",
            "check that the journal is writable");
@@ -198,6 +187,12 @@ JournalWriter::JournalWriter(const std::string& path) : path_(path) {
   if (fd_ < 0)
     fail(path, std::string("cannot open the journal for appending (") + std::strerror(errno) + ")",
          "check that the --out folder exists and is writable");
+  if (size == 0) {  // a new journal: its identity first
+    nlohmann::json id = nlohmann::json::object();
+    for (const auto& [k, v] : identity) id[k] = v;
+    const std::string line = nlohmann::json{{"journal_identity", id}}.dump() + "\n";
+    io_write_all(fd_, line.data(), line.size(), path_);
+  }
 }
 
 JournalWriter::~JournalWriter() {

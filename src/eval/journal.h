@@ -8,10 +8,13 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/hash.h"  // hash_tokens_hex: tokens_hash of a prompt
 
 namespace phasescope {
 
@@ -55,10 +58,18 @@ nlohmann::json journal_record_to_json(const JournalRecord& r);
 // `where` names the file and line in errors ("out/journal.jsonl:17").
 JournalRecord journal_record_from_json(const nlohmann::json& j, const std::string& where);
 
-// FNV-1a 64 of the token ids, as 16 hex digits.
-std::string journal_tokens_hash(const std::vector<int>& tokens);
+
+// The run a journal belongs to: written once, as its first line ({"journal_identity": {...}}), when
+// the journal is created, and compared field by field on every resume (eval/scoring.h), so that no
+// sample scored by one model, backend, layout or scoring setting is ever counted for another.
+// Fields (all strings): model (name), model_hash (content hash of the weights and config, or what an
+// HTTP backend can name), backend (kind and what changes its answers), layout (design fingerprint),
+// scoring (protocol and options).
+using JournalIdentity = std::map<std::string, std::string>;
 
 struct JournalLoad {
+  JournalIdentity identity;            // the header's fields (empty when the journal has none)
+  bool has_identity = false;           // false: missing file, empty file, or a journal of an older phasescope
   std::vector<JournalRecord> records;  // one per sample id, in first-seen order (see the resume rules)
   int64_t lines = 0;                   // complete lines read
   int64_t error_lines = 0;             // lines that recorded a failure
@@ -73,7 +84,9 @@ JournalLoad journal_load(const std::string& path);
 // Appends to a journal; cuts off a torn tail first so that new lines never glue onto a fragment.
 class JournalWriter {
  public:
-  explicit JournalWriter(const std::string& path);
+  // A new (or empty) journal gets `identity` as its first line; an existing one is appended to as is
+  // (check its identity first: scoring_run does).
+  JournalWriter(const std::string& path, const JournalIdentity& identity);
   ~JournalWriter();
   JournalWriter(const JournalWriter&) = delete;
   JournalWriter& operator=(const JournalWriter&) = delete;

@@ -23,6 +23,10 @@ std::string ModelBackend::describe() const {
   return fmt::format("{} (in-process, fp32, step {}): {}", label_, model_.step, description_);
 }
 
+std::string ModelBackend::identity() const {
+  return fmt::format("in-process fp32 model {} top-{}", model_.hash, topk_);
+}
+
 torch::Tensor model_last_logprobs(DecoderImpl& model, const std::vector<const std::vector<int>*>& prompts,
                                   torch::Tensor* hidden) {
   const int64_t B = int64_t(prompts.size());

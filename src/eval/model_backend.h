@@ -3,14 +3,14 @@
 // padding after a prompt never changes the logits at the prompt's last position).
 // model_last_logprobs is that one forward pass, shared with the server (serve/engine.cpp) so a prompt
 // scored in process and over HTTP goes through the same operations in the same order.
-// Not here: loading the checkpoint (train/trainer.h: model_load) or any phase logic.
+// Not here: loading the checkpoint (model/load.h: model_load) or any phase logic.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "eval/backend.h"
 #include "eval/runner.h"
-#include "train/trainer.h"
+#include "model/load.h"
 
 namespace phasescope {
 
@@ -18,6 +18,7 @@ class ModelBackend : public Backend {
  public:
   ModelBackend(LoadedModel model, std::string label, int topk = 5, int batch = 16);
   std::string describe() const override;
+  std::string identity() const override;  // "in-process fp32 model <content hash> top-<k>"
   std::vector<ScoreResult> score(const std::vector<ScoreRequest>& batch) override;
   int max_batch() const override { return batch_; }
   DecoderImpl& model() { return *model_.model; }

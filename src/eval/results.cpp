@@ -8,6 +8,9 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
+#include "core/json_fields.h"
+#include "eval/journal.h"
 #include "report/html.h"
 
 namespace phasescope {
@@ -245,21 +248,20 @@ EvalResults results_from_json(const nlohmann::json& j, const std::string& where)
   return r;
 }
 
+EvalResults results_from_journal(const std::string& journal_path, const StatsOptions& so, const EvalMeta& meta) {
+  EvalResults res;
+  res.stats = stats_compute(journal_load(journal_path).records, so);
+  res.meta = meta;
+  return res;
+}
+
 EvalResults results_read(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    fail(path, "cannot read the results file", "check the path (an eval --out folder holds results.json)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, std::string("not valid JSON (") + e.what() + ")", "rerun the evaluation to rewrite it");
-  }
-  return results_from_json(j, path);
+  const std::string text = io_read_text(path, "check the path (an eval --out folder holds results.json)");
+  return results_from_json(json_parse_or_fail(text, path, "rerun the evaluation to rewrite it"), path);
 }
 
 void results_write_json(const EvalResults& r, const std::string& path) {
-  report_write_text(path, results_to_json(r).dump(2) + "\n");
+  io_write_atomic(path, results_to_json(r).dump(2) + "\n");
 }
 
 std::string results_csv(const std::vector<EvalResults>& runs) {

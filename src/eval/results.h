@@ -35,6 +35,10 @@ struct EvalResults {
   Stats stats;
 };
 
+// The statistics of a journal (every sample scored so far) with the run's metadata: the one way every
+// command (eval, probe needle, explain) turns a journal into results.
+EvalResults results_from_journal(const std::string& journal_path, const StatsOptions& so, const EvalMeta& meta);
+
 nlohmann::json results_to_json(const EvalResults& r);
 EvalResults results_from_json(const nlohmann::json& j, const std::string& where);  // throws Error
 EvalResults results_read(const std::string& path);                                 // throws Error

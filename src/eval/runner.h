@@ -1,6 +1,7 @@
 // runner.h — one phase-stratified evaluation, end to end, and the combined report of several:
-//   layout (layout.h) -> skip samples already in out_dir/journal.jsonl -> backend.score in batches of
-//   backend.max_batch() -> append each answer to the journal -> statistics of the whole journal ->
+//   layout (layout.h) -> the scoring engine (scoring.h: skip samples already in out_dir/journal.jsonl,
+//   which must be this run's, backend.score in batches, one journal line per answer) -> statistics of
+//   the whole journal (results_from_journal) ->
 //   out_dir/{results.json, per_residue.csv, table.txt, layout.txt, eval_*.png, report.html}.
 // Kill it at any point and run the same call again: scored samples are kept, failed and missing ones
 // are scored, nothing is counted twice. Not here: which model answers (backend.h) or the CLI.
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "eval/backend.h"
+#include "eval/scoring.h"
 #include "eval/layout.h"
 #include "eval/results.h"
 #include "report/document.h"
@@ -24,12 +26,24 @@ struct EvalOptions {
   uint64_t bootstrap_seed = 1;
   bool report = true;           // render the plots and report.html (needs gnuplot)
   int max_failed_batches = 3;   // give up after this many consecutive batches with no answer at all
+  bool fresh = false;           // start the journal over instead of resuming it (eval/scoring.h)
   std::ostream* log = nullptr;  // layout moments and progress lines; nullptr = silent
 };
 
 // Run (or resume) the evaluation into out_dir (created if needed). Throws Error when the layout is
-// refused, the journal belongs to another run, or the backend keeps failing (the journal is kept).
+// refused, the journal belongs to another run (model weights, backend, layout or protocol differ), or
+// the backend keeps failing (the journal is kept).
 EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string& out_dir);
+
+// Sample i of a layout as the scoring engine's sample (journal record without the answer, prompt,
+// answer token); `fingerprint` = layout_fingerprint(d.spec).
+ScoringSample eval_engine_sample(const LayoutDesign& d, size_t i, const std::string& model, const std::string& fingerprint);
+
+// Score (or resume) every sample of a layout into journal_path through the engine, the journal bound
+// to (model, backend identity, layout, scoring). run_eval and explain's conditions use it.
+ScoringSummary eval_score_layout(Backend& backend, const LayoutDesign& d, const std::string& model,
+                                const std::string& scoring, const std::string& journal_path, bool fresh,
+                                std::ostream* log, int max_failed_batches = 3);
 
 // The statistics of out_dir/journal.jsonl alone (no backend call), with the run's metadata.
 EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design, const std::string& out_dir,

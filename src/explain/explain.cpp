@@ -10,11 +10,17 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <unordered_map>
 #include <ostream>
 
 #include "attention/attention.h"
 #include "core/check.h"
+#include "core/io.h"
+#include "eval/journal.h"
 #include "eval/model_backend.h"
+#include "eval/runner.h"
+#include "eval/stats.h"
+#include "model/load.h"
 #include "model/model.h"
 #include "report/document.h"
 #include "report/gnuplot.h"
@@ -111,33 +117,50 @@ static torch::Tensor batch_tokens(const LayoutDesign& d, size_t from, size_t to)
   return t;
 }
 
-PhaseAccuracy explain_accuracy(DecoderImpl& model, const LayoutDesign& design, int S, int batch,
-                               std::vector<int>* correct) {
-  torch::NoGradGuard no_grad;
+PhaseAccuracy phase_accuracy(const std::vector<JournalRecord>& records, int S) {
   PhaseAccuracy out;
-  out.acc.assign(size_t(S), 0.0);
+  out.acc.assign(size_t(S), std::nan(""));
+  out.lo.assign(size_t(S), std::nan(""));
+  out.hi.assign(size_t(S), std::nan(""));
   out.n.assign(size_t(S), 0);
-  if (correct) correct->assign(design.samples.size(), 0);
-  int64_t total_ok = 0;
-  for (size_t i = 0; i < design.samples.size(); i += size_t(batch)) {
-    const size_t j = std::min(design.samples.size(), i + size_t(batch));
-    std::vector<const std::vector<int>*> prompts;
-    for (size_t k = i; k < j; ++k) prompts.push_back(&design.samples[k].tokens);
-    auto top = model_last_logprobs(model, prompts).argmax(-1);                          // [B]: eval's forward pass
-    auto ta = top.accessor<int64_t, 1>();
-    for (size_t k = i; k < j; ++k) {
-      const LayoutSample& s = design.samples[k];
-      const int ok = ta[int64_t(k - i)] == s.answer;
-      const size_t r = size_t(s.target_pos % S);
-      out.acc[r] += ok;
-      out.n[r] += 1;
-      total_ok += ok;
-      if (correct) (*correct)[k] = ok;
-    }
+  std::vector<int64_t> k(size_t(S), 0);
+  int64_t total = 0, total_ok = 0;
+  for (const JournalRecord& r : records) {
+    if (!r.scored()) continue;
+    const size_t p = size_t(r.target_pos % S);
+    out.n[p] += 1;
+    k[p] += r.correct();
+    total += 1;
+    total_ok += r.correct();
   }
-  for (size_t r = 0; r < size_t(S); ++r) out.acc[r] = out.n[r] ? out.acc[r] / double(out.n[r]) : std::nan("");
-  out.mean = design.samples.empty() ? std::nan("") : double(total_ok) / double(design.samples.size());
+  for (size_t p = 0; p < size_t(S); ++p) {
+    if (out.n[p] == 0) continue;
+    out.acc[p] = double(k[p]) / double(out.n[p]);
+    const Interval w = wilson_interval(k[p], out.n[p]);
+    out.lo[p] = w.lo;
+    out.hi[p] = w.hi;
+  }
+  out.mean = total ? double(total_ok) / double(total) : std::nan("");
   return out;
+}
+
+PhaseAccuracy explain_accuracy(Backend& backend, const LayoutDesign& design, int S, const std::string& model,
+                               const std::string& condition, const std::string& journal_path, bool fresh,
+                               std::vector<int>* correct) {
+  const ScoringSummary sum = eval_score_layout(backend, design, model,
+                                              "protocol " + pad_protocol_name(design.spec.protocol) + "; explain " + condition,
+                                              journal_path, fresh, nullptr);
+  const std::vector<JournalRecord> records = journal_load(journal_path).records;
+  if (sum.failed > 0)
+    fail("explain " + model + " (" + condition + ")", fmt::format("{} samples failed: {}", sum.failed, sum.last_error),
+         "rerun the same command: the scored samples are kept in " + journal_path);
+  if (correct) {
+    std::unordered_map<int64_t, int> ok;
+    for (const JournalRecord& r : records) ok[r.id] = r.correct();
+    correct->clear();
+    for (const LayoutSample& s : design.samples) correct->push_back(ok.count(s.id) ? ok[s.id] : 0);
+  }
+  return phase_accuracy(records, S);
 }
 
 namespace {
@@ -217,20 +240,23 @@ std::vector<GateStats> gate_stats(DecoderImpl& model, const LayoutDesign& calib,
 
 std::string num(double v, const char* f = "{:.1f}") { return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : "—"; }
 
-json phase_json(const PhaseAccuracy& a) {
-  json j;
-  j["acc"] = json::array();
-  for (double v : a.acc) j["acc"].push_back(std::isfinite(v) ? json(v) : json(nullptr));
-  j["n"] = a.n;
-  j["mean"] = a.mean;
-  return j;
-}
-
 json nan_array(const std::vector<double>& v) {
   json j = json::array();
   for (double x : v) j.push_back(std::isfinite(x) ? json(x) : json(nullptr));
   return j;
 }
+
+json phase_json(const PhaseAccuracy& a) {
+  json j;
+  j["acc"] = json::array();
+  for (double v : a.acc) j["acc"].push_back(std::isfinite(v) ? json(v) : json(nullptr));
+  j["lo"] = nan_array(a.lo);  // 95% Wilson interval per phase
+  j["hi"] = nan_array(a.hi);
+  j["n"] = a.n;
+  j["mean"] = a.mean;
+  return j;
+}
+
 
 void write_outputs(const ExplainResults& r, const std::string& out_dir) {
   json j;
@@ -251,14 +277,15 @@ void write_outputs(const ExplainResults& r, const std::string& out_dir) {
                             {"predicted", nan_array(c.predicted)}, {"r2", std::isfinite(c.r2) ? json(c.r2) : json(nullptr)},
                             {"r2_no_boundary", std::isfinite(c.r2_no_boundary) ? json(c.r2_no_boundary) : json(nullptr)}});
   j["cycling_note"] = r.cycling_note;
-  report_write_text(out_dir + "/explain.json", j.dump(1) + "\n");
+  io_write_atomic(out_dir + "/explain.json", j.dump(1) + "\n");
 
-  std::string csv = "row,layer,kv_head,phase,clean_acc,knockout_acc,rel_change_pct\n";
+  std::string csv = "row,layer,kv_head,phase,n,clean_acc,clean_lo,clean_hi,knockout_acc,knockout_lo,knockout_hi,rel_change_pct\n";
   for (const auto& k : r.knockouts)
-    for (int p = 0; p < r.S; ++p)
-      csv += fmt::format("{},{},{},{},{},{},{}\n", k.label, k.layer, k.kv_head, p, r.clean.acc[size_t(p)], k.acc.acc[size_t(p)],
-                         std::isfinite(k.rel[size_t(p)]) ? fmt::format("{}", k.rel[size_t(p)]) : "");
-  report_write_text(out_dir + "/knockout.csv", csv);
+    for (size_t p = 0; p < size_t(r.S); ++p)
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", k.label, k.layer, k.kv_head, p, k.acc.n[p], r.clean.acc[p],
+                         r.clean.lo[p], r.clean.hi[p], k.acc.acc[p], k.acc.lo[p], k.acc.hi[p],
+                         std::isfinite(k.rel[p]) ? fmt::format("{}", k.rel[p]) : "");
+  io_write_atomic(out_dir + "/knockout.csv", csv);
   csv = "layer,branch,kv_head,W,S,static_concentration,window_concentration,peak";
   const int maxS = r.gates.empty() ? 0 : std::max_element(r.gates.begin(), r.gates.end(), [](auto& a, auto& b) { return a.S < b.S; })->S;
   for (int p = 0; p < maxS; ++p) csv += fmt::format(",g{}", p);
@@ -268,11 +295,11 @@ void write_outputs(const ExplainResults& r, const std::string& out_dir) {
     for (int p = 0; p < maxS; ++p) csv += p < g.S ? fmt::format(",{}", g.profile[size_t(p)]) : ",";
     csv += "\n";
   }
-  report_write_text(out_dir + "/gates.csv", csv);
+  io_write_atomic(out_dir + "/gates.csv", csv);
   csv = "delta,phase,acc,predicted\n";
   for (const auto& c : r.cycling)
     for (int p = 0; p < r.S; ++p) csv += fmt::format("{},{},{},{}\n", c.delta, p, c.acc.acc[size_t(p)], c.predicted[size_t(p)]);
-  report_write_text(out_dir + "/cycling.csv", csv);
+  io_write_atomic(out_dir + "/cycling.csv", csv);
 }
 
 std::vector<std::pair<double, std::string>> phase_tics(int S) {
@@ -444,14 +471,27 @@ ReportSection explain_report_section(const ExplainResults& r, const std::string&
   return sec;
 }
 
-ExplainResults explain_run(DecoderImpl& model, const Preset& preset, const ExplainOptions& opt, const std::string& out_dir) {
+ExplainResults explain_run(const Decoder& model_holder, const Preset& preset, const ExplainOptions& opt,
+                           const std::string& out_dir) {
   torch::NoGradGuard no_grad;
+  DecoderImpl& model = *model_holder.ptr();
   model.eval();
-  report_make_dir(out_dir);
   ExplainResults r;
   r.model = preset.name;
   r.S = display_stride(preset);
-  PS_ASSERT(opt.R % r.S == 0, "explain: the layout's R must be a multiple of the model's stride");
+  if (opt.R <= 0 || opt.R % r.S != 0)
+    fail(fmt::format("explain --R {}", opt.R), fmt::format("R must be a positive multiple of the model's stride {}", r.S),
+         fmt::format("pass --R {} (or another multiple of {})", r.S * ((24 + r.S - 1) / r.S), r.S));
+  io_make_dirs(out_dir + "/journals");
+
+  // one backend over the shared model: every condition below is scored through the engine, each into
+  // its own journal bound to the clean weights' hash and the condition
+  LoadedModel shared;
+  shared.preset = preset;
+  shared.model = model_holder;
+  shared.hash = model_content_hash(model, preset);
+  ModelBackend backend(shared, preset.name, 5, opt.batch);
+
   auto say = [&](const std::string& s) {
     if (opt.log) *opt.log << s << std::flush;
   };
@@ -465,8 +505,13 @@ ExplainResults explain_run(DecoderImpl& model, const Preset& preset, const Expla
   r.samples = int64_t(design.samples.size());
   r.calib_samples = int64_t(calib.samples.size());
 
+  auto accuracy = [&](const std::string& condition, const std::string& file) {
+    return explain_accuracy(backend, design, r.S, r.model, condition, out_dir + "/journals/" + file + ".jsonl",
+                            opt.fresh);
+  };
+
   // clean accuracy per phase
-  r.clean = explain_accuracy(model, design, r.S, opt.batch);
+  r.clean = accuracy("clean", "clean");
   say(fmt::format("explain {}: clean accuracy {:.1f}% over {} prompts\n", r.model, 100 * r.clean.mean, r.samples));
 
   // knockouts: each layer, and each KV head's query-head group where a layer has several
@@ -488,7 +533,9 @@ ExplainResults explain_run(DecoderImpl& model, const Preset& preset, const Expla
         p.index_put_({Slice(), p.size(1) - 1, Slice(h0, h1)}, mean.to(o.dtype()));
         return p;
       });
-      k.acc = explain_accuracy(model, design, r.S, opt.batch);
+      k.acc = accuracy(fmt::format("knockout {} (heads {}-{} mean-replaced at the final position; calibration seed {}, "
+                                   "{} prompts)", k.label, h0, h1 - 1, opt.seed + 7919, calib.samples.size()),
+                       "knockout-" + k.label);
       model.attention(l)->set_head_hook(nullptr);
       for (int s = 0; s < r.S; ++s) {
         const double c = r.clean.acc[size_t(s)];
@@ -514,7 +561,8 @@ ExplainResults explain_run(DecoderImpl& model, const Preset& preset, const Expla
     }
     CyclingRow c;
     c.delta = delta;
-    c.acc = explain_accuracy(model, design, r.S, opt.batch);
+    c.acc = accuracy(fmt::format("cycling delta {:+d} (gates of layers rolled together)", delta),
+                     fmt::format("cycling-delta{:+d}", delta));
     gate_cycle(model, -delta);
     for (int s = 0; s < r.S; ++s) c.predicted.push_back(r.clean.acc[size_t(((s - delta) % r.S + r.S) % r.S)]);
     c.r2 = r_squared(c.acc.acc, c.predicted);

@@ -9,6 +9,10 @@
 //   cycling:  (chunked W = S layers) the gate parameters (Z_i, b_i) rolled by delta along the offset axis,
 //             payload maps fixed; A_delta(r) against A_0((r - delta) mod S), R^2 with and without the
 //             boundary phase S - 1.
+// Every accuracy (clean, each knockout, each cycling delta) is scored through the scoring engine
+// (eval/scoring.h) into its own journal under out_dir/journals/, bound to the model's weights hash, the
+// layout and the condition: a rerun resumes them, and every per-phase accuracy carries its 95% Wilson
+// interval.
 // Phase convention: r = target_pos % S, target_pos = absolute position of the target record's key.
 // Not here: training, the evaluation journal or its statistics (eval/), drawing (report/).
 #pragma once
@@ -24,6 +28,9 @@
 namespace phasescope {
 
 class DecoderImpl;
+class Decoder;
+class Backend;
+struct JournalRecord;
 
 struct ExplainOptions {
   int64_t samples = 480;          // evaluation prompts (whole paired blocks of R)
@@ -33,12 +40,14 @@ struct ExplainOptions {
   uint64_t seed = 1;              // evaluation layout; calibration uses seed + 7919
   std::vector<int> deltas = {-3, -2, -1, 1, 2, 3};
   int batch = 16;
+  bool fresh = false;             // start every condition's journal over (else resume those of this model)
   bool report = true;             // PNGs + report.html (needs gnuplot)
   std::ostream* log = nullptr;
 };
 
 struct PhaseAccuracy {
   std::vector<double> acc;        // (S) fraction correct per phase
+  std::vector<double> lo, hi;     // (S) its 95% Wilson interval
   std::vector<int64_t> n;         // (S) prompts per phase
   double mean = 0;                // over all prompts
 };
@@ -84,7 +93,8 @@ struct ExplainResults {
 // Run all three instruments and write into out_dir: explain.json, knockout.csv, gates.csv,
 // cycling.csv, and (opt.report) knockout.png, gate_profiles.png, cycling.png, report.html.
 // The model's weights are left exactly as they were.
-ExplainResults explain_run(DecoderImpl& model, const Preset& preset, const ExplainOptions& opt,
+// `model` is shared, not copied: knockout hooks and rolled gates act on it, and are undone.
+ExplainResults explain_run(const Decoder& model, const Preset& preset, const ExplainOptions& opt,
                            const std::string& out_dir);
 
 // The report section, PNGs embedded; out_dir holds the PNGs written by explain_run.
@@ -106,9 +116,14 @@ std::vector<int> gate_cycle(DecoderImpl& model, int delta, int layer = -1);
 // 1 - SS_res / SS_tot of observed vs predicted, over the indices not in `skip`.
 double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted, const std::vector<int>& skip = {});
 
-// Accuracy per phase of the layout's samples (top-1 at the final position == answer); `correct`
-// (optional) receives the per-sample outcome. Runs in batches with no gradient.
-PhaseAccuracy explain_accuracy(DecoderImpl& model, const LayoutDesign& design, int S, int batch,
+// Accuracy per phase of scored journal records (top-1 == expected), with 95% Wilson intervals.
+PhaseAccuracy phase_accuracy(const std::vector<JournalRecord>& records, int S);
+
+// Score the layout's samples with `backend` under `condition` ("clean", "knockout L0", ...) through the
+// scoring engine into journal_path (resumed when it is this run's; fresh: started over), and return
+// the accuracy per phase; `correct` (optional) receives the outcome of each sample in layout order.
+PhaseAccuracy explain_accuracy(Backend& backend, const LayoutDesign& design, int S, const std::string& model,
+                               const std::string& condition, const std::string& journal_path, bool fresh,
                                std::vector<int>* correct = nullptr);
 
 }  // namespace phasescope

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "model/checkpoint.h"
 #include "report/gnuplot.h"
 
@@ -124,8 +125,8 @@ std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProf
                        r.static_concentration, r.channel_concentration, fav, gs);
   }
   out += "static = exp(H(mean alpha)), channel = mean exp(H(alpha_c)); 1 = one slot .. slots = uniform\n";
-  write_file_atomic(out_dir + "/gates.json", j.dump(2) + "\n");
-  write_file_atomic(out_dir + "/gates.csv", csv);
+  io_write_atomic(out_dir + "/gates.json", j.dump(2) + "\n");
+  io_write_atomic(out_dir + "/gates.csv", csv);
 
   // one heatmap per slot count (CSA's 8 and HCA's 128 do not share columns)
   std::map<int, PlotPanel> panels;

@@ -154,6 +154,12 @@ std::string HttpBackend::describe() const {
                      opt_.echo ? ", answer logprob by echo" : "");
 }
 
+std::string HttpBackend::identity() const {
+  return fmt::format("http {} model '{}' {} prompts top-{}{}", opt_.api == ApiKind::Chat ? "chat" : "completions",
+                     opt_.model, opt_.prompt == PromptForm::Tokens ? "token-id" : "text", opt_.topk,
+                     opt_.echo ? " echo" : "");
+}
+
 int64_t HttpBackend::context_length() {
   std::lock_guard<std::mutex> g(mu_);
   if (context_known_) return context_;

@@ -71,6 +71,8 @@ class HttpBackend : public Backend {
   // tokens may be null (then reply tokens must come with ids, and Text / Chat prompts are unavailable).
   HttpBackend(HttpPool& pool, OpenAIOptions opt, const TokenSource* tokens);
   std::string describe() const override;
+  // the served model's name and what changes scores (API, prompt form, top-k, echo); not the URLs
+  std::string identity() const override;
   std::vector<ScoreResult> score(const std::vector<ScoreRequest>& batch) override;
   int max_batch() const override { return opt_.batch; }
 

@@ -12,6 +12,8 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/hash.h"
+#include "core/io.h"
 #include "core/json_fields.h"
 
 namespace phasescope {
@@ -19,14 +21,6 @@ namespace phasescope {
 using json = nlohmann::json;
 
 namespace {
-
-uint64_t fnv1a(const char* data, size_t n, uint64_t h = 1469598103934665603ULL) {
-  for (size_t i = 0; i < n; ++i) {
-    h ^= uint8_t(data[i]);
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 std::string dtype_name(torch::Dtype t) {
   switch (t) {
@@ -46,85 +40,39 @@ torch::Dtype dtype_parse(const std::string& s, const std::string& where) {
   fail(where, "unsupported dtype '" + s + "'", "phasescope reads F32, F64, I64 and U8 tensors");
 }
 
-void write_all(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) fail(path, std::string("write failed: ") + std::strerror(errno), "check free disk space and permissions");
-    p += w;
-    n -= size_t(w);
-  }
-}
-
-// Open a temp file beside `path`, hand its fd to `fill`, fsync, rename over `path`, fsync the dir.
-template <class Fill>
-void atomic_write(const std::string& path, Fill fill) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno), "check that the directory exists and is writable");
-  try {
-    fill(fd, tmp);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    fail(tmp, "fsync/close failed", "check the disk");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    fail(path, std::string("rename failed: ") + std::strerror(errno), "check permissions");
-  }
-  int dfd = ::open(dir.c_str(), O_RDONLY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
 }  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  atomic_write(path, [&](int fd, const std::string& tmp) { write_all(fd, text.data(), text.size(), tmp); });
-}
 
 void safetensors_save(const std::string& path, const TensorMap& tensors, const std::string& header_json) {
   // lay out the data section (names in map order) and checksum it
   std::vector<torch::Tensor> bufs;
   json header = json::object();
-  uint64_t offset = 0, sum = 1469598103934665603ULL;
+  uint64_t offset = 0, sum = kFnvOffset;
   for (const auto& [name, t0] : tensors) {
     auto t = t0.detach().to(torch::kCPU).contiguous();
     const std::string dt = dtype_name(t.scalar_type());
     PS_ASSERT(!dt.empty(), "safetensors_save: unsupported dtype for " + name);
     const uint64_t n = uint64_t(t.numel()) * t.element_size();
     header[name] = {{"dtype", dt}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
-    sum = fnv1a(static_cast<const char*>(t.data_ptr()), n, sum);
+    sum = fnv1a(t.data_ptr(), n, sum);
     offset += n;
     bufs.push_back(t);
   }
   header["__metadata__"] = {{"format", "pt"}, {"phasescope", header_json}, {"phasescope_checksum", std::to_string(sum)}};
   std::string h = header.dump();
   while (h.size() % 8) h += ' ';  // safetensors pads the header with spaces to 8-byte alignment
-  atomic_write(path, [&](int fd, const std::string& tmp) {
+  io_write_atomic_with(path, [&](int fd, const std::string& tmp) {
     uint64_t len = h.size();
     char lenbuf[8];
     for (int i = 0; i < 8; ++i) lenbuf[i] = char((len >> (8 * i)) & 0xff);
-    write_all(fd, lenbuf, 8, tmp);
-    write_all(fd, h.data(), h.size(), tmp);
-    for (const auto& t : bufs) write_all(fd, static_cast<const char*>(t.data_ptr()), size_t(t.numel()) * t.element_size(), tmp);
+    io_write_all(fd, lenbuf, 8, tmp);
+    io_write_all(fd, h.data(), h.size(), tmp);
+    for (const auto& t : bufs) io_write_all(fd, static_cast<const char*>(t.data_ptr()), size_t(t.numel()) * t.element_size(), tmp);
   });
 }
 
 TensorMap safetensors_load(const std::string& path, std::string* header_json) {
   const std::string fix = "the checkpoint is damaged or truncated: retrain, or restore it from a copy";
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot open checkpoint", "check the path (a checkpoint dir holds checkpoint.safetensors)");
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string bytes = io_read_text(path, "check the path (a checkpoint dir holds checkpoint.safetensors)");
   if (bytes.size() < 8) fail(path, "file too short for a safetensors header (" + std::to_string(bytes.size()) + " bytes)", fix);
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
@@ -160,7 +108,7 @@ TensorMap safetensors_load(const std::string& path, std::string* header_json) {
   }
   // the checksum covers the data in offset order, as written
   std::sort(extents.begin(), extents.end());
-  uint64_t sum = 1469598103934665603ULL;
+  uint64_t sum = kFnvOffset;
   for (const auto& [b, e] : extents) sum = fnv1a(bytes.data() + data0 + b, e - b, sum);
   const json& meta = header["__metadata__"];
   if (!meta.contains("phasescope_checksum") || meta["phasescope_checksum"].get<std::string>() != std::to_string(sum))

@@ -3,7 +3,7 @@
 // phasescope keeps its own header (config, preset, step, RNG and data state, ...) as one JSON
 // string under __metadata__.phasescope, and an FNV-1a checksum of the data bytes under
 // __metadata__.phasescope_checksum, so a damaged or truncated file is refused, never half-loaded.
-// Writes are atomic: a temp file in the same directory, fsync, rename.
+// Writes are atomic (core/io.h: a temp file in the same directory, fsync, rename, fsync the folder).
 // Not here: what a training run puts in the header (train/trainer.cpp).
 #pragma once
 #include <torch/torch.h>
@@ -20,8 +20,5 @@ void safetensors_save(const std::string& path, const TensorMap& tensors, const s
 
 // Throws an Error naming the file and what is wrong (truncated, bad JSON, offsets, checksum...).
 TensorMap safetensors_load(const std::string& path, std::string* header_json);
-
-// Write `text` to `path` atomically (temp file + fsync + rename).
-void write_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace phasescope

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "core/json_fields.h"
 
 #ifndef PHASESCOPE_PRESET_DIR
@@ -113,11 +114,7 @@ void validate(const Preset& p, const std::string& where) {
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail(path, "cannot open preset file", "check the path, or list presets with `phasescope presets`");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return io_read_text(path, "check the path, or list presets with `phasescope presets`");
 }
 
 }  // namespace

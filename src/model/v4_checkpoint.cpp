@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "core/json_fields.h"
 
 namespace phasescope {
@@ -17,14 +18,6 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const std::string& path, const std::string& fix) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot open", fix);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // A typed config field: absent -> keep the default; present with the wrong type -> an error naming it.
 template <class T>
@@ -131,7 +124,7 @@ void find_tensors(V4Checkpoint& ck) {
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
     ck.layout = V4Layout::HuggingFace;
-    const std::string text = read_text(index.string(), "check the checkpoint directory");
+    const std::string text = io_read_text(index.string(), "check the checkpoint directory");
     ck.index_bytes += text.size();
     json j = json_parse_or_fail(text, index.string(), "the index is damaged: download it again");
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
@@ -190,7 +183,7 @@ V4Checkpoint v4_open(const std::string& dir) {
   if (!fs::is_directory(dir))
     fail(dir, "is not a directory", "pass the checkpoint directory (config.json plus safetensors files)");
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  const std::string text = read_text(cfg_path, "the checkpoint directory needs its config.json");
+  const std::string text = io_read_text(cfg_path, "the checkpoint directory needs its config.json");
   ck.index_bytes += text.size();
   json j = json_parse_or_fail(text, cfg_path, "the config is damaged: download it again");
   if (!j.is_object()) fail(cfg_path, "is not a JSON object", "download it again");

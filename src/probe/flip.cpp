@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "report/html.h"
 
 namespace phasescope {
@@ -177,7 +178,7 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
     fail("flip", fmt::format("no filler length reaches L in [{}, {}]", spec.L_min, spec.L_max),
          "widen --L-min / --L-max (L counts the tokens up to the end of the filler)");
   d.fingerprint = fmt::format("flip families={} candidates={} L={}..{} points={} pieces={}", spec.families.size(),
-                              spec.candidates.size(), spec.L_min, spec.L_max, d.points.size(), probe_hash_hex(id));
+                              spec.candidates.size(), spec.L_min, spec.L_max, d.points.size(), hash_hex(fnv1a(id)));
   if (log) {
     *log << fmt::format("flip: {} points ({} families x L in [{}, {}]), {} candidates, {} samples\n", d.points.size(),
                         spec.families.size(), spec.L_min, spec.L_max, spec.candidates.size(), d.samples());
@@ -193,12 +194,12 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
   return d;
 }
 
-ProbeSample flip_render(const FlipDesign& d, int64_t id, const std::string& model) {
+ScoringSample flip_render(const FlipDesign& d, int64_t id, const std::string& model) {
   const int64_t C = static_cast<int64_t>(d.spec.candidates.size());
   const size_t p = static_cast<size_t>(id / C), c = static_cast<size_t>(id % C);
   PS_ASSERT(id >= 0 && p < d.points.size(), "flip_render: sample id out of range");
   const FlipPoint& pt = d.points[p];
-  ProbeSample s;
+  ScoringSample s;
   s.prompt = pt.prompt;
   s.answer = pt.candidates[c];
   JournalRecord& j = s.rec;
@@ -218,7 +219,7 @@ ProbeSample flip_render(const FlipDesign& d, int64_t id, const std::string& mode
   j.layout = d.fingerprint;
   std::vector<int> all = pt.prompt;
   all.insert(all.end(), s.answer.begin(), s.answer.end());
-  j.tokens_hash = journal_tokens_hash(all);
+  j.tokens_hash = hash_tokens_hex(all);
   return s;
 }
 
@@ -325,13 +326,15 @@ std::string flip_format(const FlipResult& r) {
 
 FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions& opt, const std::string& out_dir) {
   // score (or resume) every (length, candidate)
-  report_make_dir(out_dir);
-  ProbeRunOptions po;
+  io_make_dirs(out_dir);
+  ScoringOptions po;
   po.what = "flip " + opt.model;
+  po.identity = scoring_identity(opt.model, backend, d.fingerprint, "flip");
+  po.fresh = opt.fresh;
   po.log = opt.log;
   po.max_failed_batches = opt.max_failed_batches;
   const std::string journal = out_dir + "/journal.jsonl";
-  probe_run_journal(backend, d.samples(), [&](int64_t i) { return flip_render(d, i, opt.model); }, journal, po);
+  scoring_run(backend, d.samples(), [&](int64_t i) { return flip_render(d, i, opt.model); }, journal, po);
 
   // the analysis and its files
   const FlipResult r = flip_analyze(d, journal_load(journal).records, opt.model);
@@ -371,9 +374,9 @@ FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions&
     csv += fmt::format(",{},{}\n", p.winner >= 0 ? r.candidates[size_t(p.winner)] : "", p.follows ? 1 : 0);
     j["points"].push_back(pj);
   }
-  report_write_text(out_dir + "/flip.json", j.dump(2) + "\n");
-  report_write_text(out_dir + "/flip.csv", csv);
-  report_write_text(out_dir + "/flip.txt", flip_format(r));
+  io_write_atomic(out_dir + "/flip.json", j.dump(2) + "\n");
+  io_write_atomic(out_dir + "/flip.csv", csv);
+  io_write_atomic(out_dir + "/flip.txt", flip_format(r));
   return r;
 }
 

@@ -9,7 +9,7 @@
 // probability is summed over its tokens (teacher forcing), the winner is the arg-max, and the period is
 // the P in [P_min, P_max] whose pattern winner(L mod P) (a majority per class, pooled over families)
 // is followed by the most comparisons (ties: the smallest P); P = 1 is the no-flip baseline.
-// Journaled and resumable like every probe (probe_runner.h). Not here: HTTP or tokenizers.
+// Journaled and resumable through the scoring engine (eval/scoring.h). Not here: HTTP or tokenizers.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -19,7 +19,7 @@
 #include "eval/backend.h"
 #include "eval/journal.h"
 #include "http/token_source.h"
-#include "probe/probe_runner.h"
+#include "eval/scoring.h"
 
 namespace phasescope {
 
@@ -66,7 +66,7 @@ struct FlipDesign {
 FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream* log);
 
 // Sample id = point * C + candidate.
-ProbeSample flip_render(const FlipDesign& d, int64_t id, const std::string& model);
+ScoringSample flip_render(const FlipDesign& d, int64_t id, const std::string& model);
 
 struct FlipPointResult {
   int family = 0, L = 0, units = 0;
@@ -99,6 +99,7 @@ std::string flip_format(const FlipResult& r);  // table of winners per L and the
 
 struct FlipRunOptions {
   std::string model;
+  bool fresh = false;  // start the journal over (eval/scoring.h)
   std::ostream* log = nullptr;
   int max_failed_batches = 3;
 };

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "eval/journal.h"
 #include "eval/runner.h"
 #include "eval/stats.h"
@@ -328,7 +329,7 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   for (const auto& x : v.values) add(x);
   for (const NeedleBase& b : d.bases) id += std::to_string(b.attempt);
   d.fingerprint = fmt::format("needle ctx={} R={} n={} rec={} seed={} off={} pieces={}", spec.context, R, n_base,
-                              d.record_tokens, spec.seed, spec.position_offset, probe_hash_hex(id));
+                              d.record_tokens, spec.seed, spec.position_offset, hash_hex(fnv1a(id)));
   if (log)
     *log << fmt::format("needle: {} records of {} tokens, prompt {} tokens, {} keys and {} values usable, {} base "
                         "example(s) re-drawn after the stability check\n",
@@ -336,12 +337,12 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   return d;
 }
 
-ProbeSample needle_render(const NeedleDesign& d, int64_t id, const std::string& model) {
+ScoringSample needle_render(const NeedleDesign& d, int64_t id, const std::string& model) {
   const int R = d.spec.R;
   const int b = static_cast<int>(id / R), r = static_cast<int>(id % R);
   PS_ASSERT(id >= 0 && b < int(d.bases.size()), "needle_render: sample id out of range");
   const int s = d.shift[size_t(b)][size_t(r)];
-  ProbeSample out;
+  ScoringSample out;
   int64_t tp = -1;
   out.prompt = render_tokens(d, b, s, &tp);
   PS_ASSERT(int64_t(out.prompt.size()) == d.prompt_len, "needle_render: prompt length differs from the design's");
@@ -363,7 +364,7 @@ ProbeSample needle_render(const NeedleDesign& d, int64_t id, const std::string& 
   j.protocol = "prefix";
   j.model = model;
   j.layout = d.fingerprint;
-  j.tokens_hash = journal_tokens_hash(out.prompt);
+  j.tokens_hash = hash_tokens_hex(out.prompt);
   return out;
 }
 
@@ -408,24 +409,24 @@ std::string needle_logprob_csv(const std::vector<JournalRecord>& records, int R)
 
 EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt, const std::string& out_dir) {
   // the design, then the journal (scored or resumed)
-  report_make_dir(out_dir);
-  report_write_text(out_dir + "/layout.txt", needle_format_design(d));
-  ProbeRunOptions po;
+  io_make_dirs(out_dir);
+  io_write_atomic(out_dir + "/layout.txt", needle_format_design(d));
+  ScoringOptions po;
   po.what = "needle " + opt.model;
+  po.identity = scoring_identity(opt.model, backend, d.fingerprint, "needle");
+  po.fresh = opt.fresh;
   po.log = opt.log;
   po.max_failed_batches = opt.max_failed_batches;
   const std::string journal = out_dir + "/journal.jsonl";
-  const ProbeRunSummary sum = probe_run_journal(
+  const ScoringSummary sum = scoring_run(
       backend, d.samples(), [&](int64_t i) { return needle_render(d, i, opt.model); }, journal, po);
 
   // statistics of the whole journal and the same files as `eval`
-  const JournalLoad jl = journal_load(journal);
   StatsOptions so;
   so.S = opt.S;
   so.bootstrap = opt.bootstrap;
-  EvalResults res;
-  res.stats = stats_compute(jl.records, so);
-  EvalMeta& m = res.meta;
+  so.seed = opt.bootstrap_seed;
+  EvalMeta m;
   m.model = opt.model;
   m.protocol = "prefix";
   m.task = "needle";
@@ -438,8 +439,9 @@ EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunO
   m.tol_mean = d.spec.tol_mean;
   m.tol_sd = d.spec.tol_sd;
   m.wall_s = sum.wall_s;
+  const EvalResults res = results_from_journal(journal, so, m);
   eval_write_outputs(res, opt.report, out_dir, "phasescope probe needle: " + opt.model);
-  report_write_text(out_dir + "/logprob_per_residue.csv", needle_logprob_csv(jl.records, d.spec.R));
+  io_write_atomic(out_dir + "/logprob_per_residue.csv", needle_logprob_csv(journal_load(journal).records, d.spec.R));
   return res;
 }
 

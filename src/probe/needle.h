@@ -11,7 +11,7 @@
 // its records shifted by s from the balanced paired shifts of eval/layout.h (equal group means, nearly
 // equal variances, checked against tol_mean / tol_sd). Scored by exact match of the value (teacher-forced
 // when it has several tokens) and by the first value token's log-probability.
-// Not here: HTTP (http/), journals and statistics (probe_runner.h, eval/stats.h).
+// Not here: HTTP (http/), journals and statistics (eval/scoring.h, eval/stats.h).
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -22,7 +22,7 @@
 #include "eval/layout.h"
 #include "eval/results.h"
 #include "http/token_source.h"
-#include "probe/probe_runner.h"
+#include "eval/scoring.h"
 
 namespace phasescope {
 
@@ -86,7 +86,7 @@ const std::vector<std::string>& needle_default_values();
 NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::ostream* log);
 
 // Sample id = base * R + r. The prompt, expected value tokens and journal record (model `model`).
-ProbeSample needle_render(const NeedleDesign& d, int64_t id, const std::string& model);
+ScoringSample needle_render(const NeedleDesign& d, int64_t id, const std::string& model);
 
 std::string needle_format_design(const NeedleDesign& d);  // pieces, sizes and the per-residue moments
 
@@ -98,7 +98,9 @@ struct NeedleRunOptions {
   std::string model;             // journal / results label (the served model's name)
   int S = 4;                     // fold for display (DeepSeek-V4's stride)
   int bootstrap = 2000;
+  uint64_t bootstrap_seed = 1;   // as eval's
   bool report = true;            // plots and report.html (needs gnuplot)
+  bool fresh = false;            // start the journal over (eval/scoring.h)
   std::ostream* log = nullptr;
   int max_failed_batches = 3;
 };

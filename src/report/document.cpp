@@ -2,6 +2,7 @@
 #include "report/document.h"
 
 #include "core/check.h"
+#include "core/io.h"
 #include "report/html.h"
 
 namespace phasescope {
@@ -36,7 +37,7 @@ std::string report_render(const ReportDoc& doc) {
 }
 
 void report_write(const ReportDoc& doc, const std::string& path) {
-  report_write_text(path, report_render(doc));
+  io_write_atomic(path, report_render(doc));
 }
 
 }  // namespace phasescope

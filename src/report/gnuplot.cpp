@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 
 namespace phasescope {
 
@@ -56,10 +57,7 @@ static std::string gp_number(double v) {
 }
 
 static std::string read_file_tail(const fs::path& p, size_t max_chars) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
+  const std::string s = io_exists(p.string()) ? io_read_text(p.string()) : "";
   return s.size() > max_chars ? "..." + s.substr(s.size() - max_chars) : s;
 }
 

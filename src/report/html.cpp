@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 
 namespace phasescope {
 
@@ -64,13 +65,8 @@ std::string base64_encode(const std::string& bytes) {
 }
 
 std::string html_png(const std::string& png_path, const std::string& alt) {
-  std::ifstream in(png_path, std::ios::binary);
-  if (!in)
-    fail(png_path, "cannot read the PNG to embed",
-         "check that the plot was rendered (gnuplot-nox installed)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return "<img alt=\"" + html_escape(alt) + "\" src=\"data:image/png;base64," + base64_encode(ss.str()) +
+  const std::string png = io_read_text(png_path, "check that the plot was rendered (gnuplot-nox installed)");
+  return "<img alt=\"" + html_escape(alt) + "\" src=\"data:image/png;base64," + base64_encode(png) +
          "\">";
 }
 
@@ -100,24 +96,6 @@ std::string html_page(const std::string& title, const std::string& body_html) {
          "code, pre { background: #f6f6f6; padding: 0.1em 0.3em; }\n"
          "</style>\n</head>\n<body>\n<h1>" +
          html_escape(title) + "</h1>\n" + body_html + "</body>\n</html>\n";
-}
-
-void report_write_text(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) fail(path, "cannot write the file", "check that the folder exists and is writable");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail(path, "cannot move " + tmp + " into place", "check permissions of the folder");
-}
-
-void report_make_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    fail(dir, "cannot create the output folder (" + ec.message() + ")", "choose a writable --out folder");
 }
 
 }  // namespace phasescope

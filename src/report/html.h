@@ -23,10 +23,4 @@ std::string html_table(const std::vector<std::string>& header,
 // A whole page: <!doctype html>, <title>, a small inline stylesheet, then `body_html` as is.
 std::string html_page(const std::string& title, const std::string& body_html);
 
-// Write `text` to path.tmp, then rename it over `path`; throws Error naming the file on failure.
-void report_write_text(const std::string& path, const std::string& text);
-
-// Create `dir` (and parents) if needed; throws Error naming it on failure.
-void report_make_dir(const std::string& dir);
-
 }  // namespace phasescope

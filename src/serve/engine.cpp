@@ -20,7 +20,7 @@
 #include "data/tasks.h"
 #include "eval/model_backend.h"
 #include "serve/text_codec.h"
-#include "train/trainer.h"
+#include "model/load.h"
 
 namespace phasescope {
 

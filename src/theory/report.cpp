@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/io.h"
 #include "report/gnuplot.h"
 #include "report/html.h"
 
@@ -489,12 +490,12 @@ static std::string trajectories_csv(const TheoryRun& run) {
 }
 
 void theory_write_run(const std::string& dir, const TheoryRun& run) {
-  report_make_dir(dir);
+  io_make_dirs(dir);
   const TheoryConfig& c = run.cfg;
 
   // numbers
-  report_write_text(dir + "/results.json", theory_run_json(run).dump(2) + "\n");
-  report_write_text(dir + "/trajectories.csv", trajectories_csv(run));
+  io_write_atomic(dir + "/results.json", theory_run_json(run).dump(2) + "\n");
+  io_write_atomic(dir + "/trajectories.csv", trajectories_csv(run));
 
   // plots: the first few seeds' trajectories, the loss, per-phase coverage
   std::vector<std::pair<std::string, std::string>> pngs;  // file, caption
@@ -542,15 +543,15 @@ void theory_write_run(const std::string& dir, const TheoryRun& run) {
   body += "<h2>Plots</h2>\n";
   for (const auto& png : pngs)
     body += "<h3>" + html_escape(png.second) + "</h3>\n" + html_png(dir + "/" + png.first, png.second);
-  report_write_text(dir + "/report.html",
+  io_write_atomic(dir + "/report.html",
                     html_page("phasescope theory: gradient flow on the idealized model", body));
 }
 
 void theory_write_sweep(const std::string& dir, const TheorySweep& sw) {
-  report_make_dir(dir);
+  io_make_dirs(dir);
 
   // numbers
-  report_write_text(dir + "/results.json", theory_sweep_json(sw).dump(2) + "\n");
+  io_write_atomic(dir + "/results.json", theory_sweep_json(sw).dump(2) + "\n");
   std::ostringstream csv;
   const std::vector<std::string> head = sweep_header();
   for (size_t j = 0; j < head.size(); ++j) csv << (j ? "," : "") << head[j];
@@ -561,7 +562,7 @@ void theory_write_sweep(const std::string& dir, const TheorySweep& sw) {
     for (size_t j = 0; j < rows.back().size(); ++j) csv << (j ? "," : "") << rows.back()[j];
     csv << "\n";
   }
-  report_write_text(dir + "/sweep.csv", csv.str());
+  io_write_atomic(dir + "/sweep.csv", csv.str());
 
   // plots: coverage vs every swept axis
   std::vector<std::string> pngs;
@@ -586,7 +587,7 @@ void theory_write_sweep(const std::string& dir, const TheorySweep& sw) {
   }
   if (!pngs.empty()) body += "<h2>Plots</h2>\n";
   for (const auto& png : pngs) body += html_png(dir + "/" + png, png);
-  report_write_text(dir + "/report.html", html_page("phasescope theory: coverage sweep", body));
+  io_write_atomic(dir + "/report.html", html_page("phasescope theory: coverage sweep", body));
 }
 
 }  // namespace phasescope

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "core/json_fields.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
@@ -40,13 +41,6 @@ struct TokenizerImpl {
 
 // ---- loading pieces
 
-static std::string read_file_or_fail(const std::string& path, const std::string& fix) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open the file", fix);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 static void add_normal_forms(std::vector<NormalForm>& out, const nlohmann::json& j,
                              const std::string& where) {
@@ -99,7 +93,7 @@ static void find_bos(TokenizerImpl& t, const nlohmann::json& root,
   if (fs::exists(config)) {
     const std::string where = config.string();
     const auto c =
-        json_parse_or_fail(read_file_or_fail(where, "check the file's permissions"), where,
+        json_parse_or_fail(io_read_text(where, "check the file's permissions"), where,
                            "fix the file or remove it (only bos_token and add_bos_token are read)");
     if (c.is_object() && c.contains("bos_token") && !c["bos_token"].is_null()) {
       const auto& b = c["bos_token"];
@@ -146,7 +140,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
       "pass the path of a HuggingFace tokenizer.json (the tests' copies: npm ci --prefix tests/js)";
   if (!std::filesystem::is_regular_file(path)) fail(path, "no such file", fix_missing);
   const auto root =
-      json_parse_or_fail(read_file_or_fail(path, fix_missing), path, "pass an intact tokenizer.json");
+      json_parse_or_fail(io_read_text(path, fix_missing), path, "pass an intact tokenizer.json");
   if (!root.is_object()) fail(path, "is not a JSON object", "pass a HuggingFace tokenizer.json");
   auto where = [&](const std::string& field) {
     return path + " field " + field;

@@ -23,6 +23,7 @@ void add_eval_command(CLI::App& app) {
     int64_t samples = 1152;
     int R = 24, bootstrap = 2000;
     uint64_t seed = 1;
+    bool fresh = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "accuracy per phase of a checkpoint, with intervals and tests");
@@ -36,6 +37,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--bootstrap", a->bootstrap, "cluster-bootstrap replicates");
   cmd->add_option("--seed", a->seed, "seed of the evaluation prompts");
   cmd->add_option("--out", a->out, "output directory (journal, results.json, CSV, plots, report.html)")->required();
+  cmd->add_flag("--fresh", a->fresh, "start the journal in --out over (default: resume it, if it is this run's)");
   cmd->callback([a] {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
     if (!a->http.base_urls.empty()) {
@@ -47,6 +49,7 @@ void add_eval_command(CLI::App& app) {
       const Preset p = a->preset.empty() ? model_load(a->checkpoint).preset : preset_load(a->preset);
       EvalOptions opt = eval_options_for(p, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
       opt.bootstrap = a->bootstrap;
+      opt.fresh = a->fresh;
       ProbeConnectOptions co = http_connect_options(a->http);
       co.tokens = false;  // phasescope's own vocabulary: ids in, ids out
       co.api.bos_id = opt.layout.task.vocab.bos();
@@ -63,6 +66,7 @@ void add_eval_command(CLI::App& app) {
     LoadedModel m = model_load(a->checkpoint);
     EvalOptions opt = eval_options_for(m.preset, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
     opt.bootstrap = a->bootstrap;
+    opt.fresh = a->fresh;
     ModelBackend backend(std::move(m), opt.model);
     fmt::print("model: {}\n", backend.describe());
 

@@ -27,6 +27,7 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--R", a->opt.R, "layout residues (a multiple of the model's stride)");
   cmd->add_option("--seed", a->opt.seed, "seed of the evaluation prompts (calibration: seed + 7919)");
   cmd->add_option("--deltas", a->opt.deltas, "gate-cycling shifts");
+  cmd->add_flag("--fresh", a->opt.fresh, "score every condition again (default: resume the journals in --out/journals)");
   cmd->callback([a] {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
 
@@ -37,7 +38,7 @@ void add_explain_command(CLI::App& app) {
     // the three instruments, then the summary
     a->opt.protocol = pad_protocol_parse(a->protocol, "--protocol");
     a->opt.log = &std::cout;
-    ExplainResults r = explain_run(*m.model, m.preset, a->opt, a->out);
+    ExplainResults r = explain_run(m.model, m.preset, a->opt, a->out);
     fmt::print("{}", explain_summary(r));
     fmt::print("wrote {}/explain.json, knockout.csv, gates.csv, cycling.csv, report.html\n", a->out);
   });

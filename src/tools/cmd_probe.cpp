@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "probe/flip.h"
 #include "probe/needle.h"
 #include "tools/commands.h"
@@ -15,27 +16,6 @@
 
 namespace phasescope {
 
-namespace {
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path, "cannot read the file", "check the path");
-  std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot read the file", "check the path");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 void add_probe_command(CLI::App& app) {
   auto* probe = app.add_subcommand("probe", "phase-sensitivity probes of a served model over HTTP (needle, flip)");
@@ -47,7 +27,7 @@ void add_probe_command(CLI::App& app) {
     NeedleSpec spec;
     std::string out, label, keys_file, values_file;
     int S = 4, bootstrap = 2000;
-    bool no_verify = false, no_report = false;
+    bool no_verify = false, no_report = false, fresh = false;
   };
   auto n = std::make_shared<NeedleArgs>();
   auto* needle = probe->add_subcommand("needle", "key-value needle retrieval, accuracy per residue of the target position");
@@ -68,6 +48,7 @@ void add_probe_command(CLI::App& app) {
   needle->add_flag("--no-verify", n->no_verify, "skip the decode/re-encode stability check of every base example");
   needle->add_option("--bootstrap", n->bootstrap, "cluster-bootstrap replicates");
   needle->add_flag("--no-report", n->no_report, "skip the plots and report.html");
+  needle->add_flag("--fresh", n->fresh, "start the journal in --out over (default: resume it, if it is this run's)");
   needle->add_option("--label", n->label, "model label in the journal and results (default: --model)");
   needle->add_option("--out", n->out, "output directory (journal, results.json, CSV, report.html)")->required();
   needle->callback([n] {
@@ -87,8 +68,8 @@ void add_probe_command(CLI::App& app) {
     // the design, in the model's tokens (positions counted from the server's first token)
     NeedleSpec spec = n->spec;
     spec.verify = !n->no_verify;
-    if (!n->keys_file.empty()) spec.keys = read_lines(n->keys_file);
-    if (!n->values_file.empty()) spec.values = read_lines(n->values_file);
+    if (!n->keys_file.empty()) spec.keys = io_read_lines(n->keys_file);
+    if (!n->values_file.empty()) spec.values = io_read_lines(n->values_file);
     if (c.backend->options().api == ApiKind::Chat)
       spec.position_offset = c.backend->chat_overhead().first - (c.tokens->bos_id() >= 0 ? 1 : 0);
     const NeedleDesign d = needle_build(spec, *c.tokens, &std::cout);
@@ -100,6 +81,7 @@ void add_probe_command(CLI::App& app) {
     ro.S = n->S;
     ro.bootstrap = n->bootstrap;
     ro.report = !n->no_report;
+    ro.fresh = n->fresh;
     ro.log = &std::cout;
     const EvalResults r = needle_run(*c.backend, d, ro, n->out);
     fmt::print("{}\nwrote {}/results.json, per_residue.csv, logprob_per_residue.csv, table.txt{}\n",
@@ -112,6 +94,7 @@ void add_probe_command(CLI::App& app) {
     std::string template_file, out, label;
     std::vector<std::string> fillers, candidates;
     int L_min = -1, L_max = -1, P_max = 0;
+    bool fresh = false;
   };
   auto f = std::make_shared<FlipArgs>();
   auto* flip = probe->add_subcommand("flip", "which candidate wins as a filler grows one token at a time, and its period");
@@ -124,6 +107,7 @@ void add_probe_command(CLI::App& app) {
   flip->add_option("--period-max", f->P_max, "longest period tried (default: half the lengths)");
   flip->add_option("--label", f->label, "model label in the journal (default: --model)");
   flip->add_option("--out", f->out, "output directory (journal, flip.json, flip.csv, flip.txt)")->required();
+  flip->add_flag("--fresh", f->fresh, "start the journal in --out over (default: resume it, if it is this run's)");
   flip->callback([f] {
     // connect
     if (f->http.model.empty()) fail("probe flip", "--model is required", "pass --model NAME");
@@ -132,7 +116,7 @@ void add_probe_command(CLI::App& app) {
 
     // the sweep: the built-in FP8 example unless told otherwise
     FlipSpec spec = flip_fp8_example();
-    if (!f->template_file.empty()) spec.template_text = read_text(f->template_file);
+    if (!f->template_file.empty()) spec.template_text = io_read_text(f->template_file);
     if (!f->fillers.empty()) {
       spec.families.clear();
       for (size_t i = 0; i < f->fillers.size(); ++i) spec.families.push_back({fmt::format("filler{}", i + 1), f->fillers[i]});
@@ -146,6 +130,7 @@ void add_probe_command(CLI::App& app) {
     // score (or resume) and analyze
     FlipRunOptions ro;
     ro.model = f->label.empty() ? f->http.model : f->label;
+    ro.fresh = f->fresh;
     ro.log = &std::cout;
     const FlipResult r = flip_run(*c.backend, d, ro, f->out);
     fmt::print("{}wrote {}/flip.json, flip.csv, flip.txt\n", flip_format(r), f->out);

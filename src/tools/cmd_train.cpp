@@ -8,6 +8,7 @@
 #include "core/runtime.h"
 #include "model/config.h"
 #include "tools/commands.h"
+#include "model/load.h"
 #include "train/trainer.h"
 
 namespace phasescope {

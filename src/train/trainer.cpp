@@ -14,9 +14,11 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "core/json_fields.h"
 #include "data/tasks.h"
 #include "model/checkpoint.h"
+#include "model/load.h"
 
 namespace phasescope {
 
@@ -29,11 +31,6 @@ double lr_at(const TrainConfig& t, int64_t step) {
   const double f = std::min(1.0, double(step - t.warmup) / span);
   const double min_lr = t.lr * t.min_lr_ratio;
   return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * f));
-}
-
-std::string checkpoint_path(const std::string& dir_or_file) {
-  if (dir_or_file.size() > 12 && dir_or_file.substr(dir_or_file.size() - 12) == ".safetensors") return dir_or_file;
-  return (fs::path(dir_or_file) / "checkpoint.safetensors").string();
 }
 
 Batch make_batch(const std::vector<Example>& ex) {
@@ -81,34 +78,8 @@ void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::A
   tensors["rng.torch"] = at::detail::getDefaultCPUGenerator().get_state();
   json header = {{"version", 1},          {"preset_name", preset.name}, {"preset", json::parse(preset_to_json(preset))},
                  {"step", step},          {"optim_steps", optim_steps}, {"data_state", stream.state()},
-                 {"loss", loss}};
+                 {"loss", loss},          {"model_hash", model_content_hash(model, preset)}};
   safetensors_save(checkpoint_path(dir), tensors, header.dump());
-}
-
-struct Restored {
-  json header;
-  TensorMap tensors;
-};
-
-Restored read_checkpoint(const std::string& path) {
-  Restored r;
-  std::string h;
-  r.tensors = safetensors_load(path, &h);
-  r.header = json_parse_or_fail(h, path + " phasescope header", "the checkpoint is damaged; retrain");
-  for (const char* k : {"version", "preset", "step", "data_state"})
-    if (!r.header.contains(k)) fail(path, std::string("phasescope header lacks '") + k + "'", "the checkpoint is damaged; retrain");
-  return r;
-}
-
-void load_weights(DecoderImpl& model, const TensorMap& tensors, const std::string& path) {
-  torch::NoGradGuard g;
-  for (auto& item : model.named_parameters()) {
-    auto it = tensors.find("model." + item.key());
-    if (it == tensors.end()) fail(path, "missing tensor model." + item.key(), "the checkpoint does not match its own config; retrain");
-    if (it->second.sizes() != item.value().sizes())
-      fail(path, "tensor model." + item.key() + " has the wrong shape", "the checkpoint does not match its own config; retrain");
-    item.value().copy_(it->second);
-  }
 }
 
 std::string fmt_duration(double s) {
@@ -129,19 +100,7 @@ void train_write_init(const Preset& preset_in, const std::string& out_dir) {
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(preset.train.lr));  // no state yet
   TaskStream stream(preset.task, preset.train.seed + 1);
   save_checkpoint(out_dir, *model, optimizer, preset, 0, stream, std::nan(""));
-  write_file_atomic((fs::path(out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
-}
-
-LoadedModel model_load(const std::string& dir_or_file) {
-  const std::string path = checkpoint_path(dir_or_file);
-  Restored r = read_checkpoint(path);
-  LoadedModel out;
-  out.preset = preset_from_json(r.header["preset"].dump(), path + " (embedded preset)");
-  out.step = r.header["step"].get<int64_t>();
-  out.model = Decoder(out.preset.model);
-  load_weights(*out.model, r.tensors, path);
-  out.model->eval();
-  return out;
+  io_write_atomic((fs::path(out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
 }
 
 double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_t seed) {
@@ -198,12 +157,12 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   TrainResult res;
   int64_t step = 0;
   if (fs::exists(ckpt) && !opt.fresh) {
-    Restored r = read_checkpoint(ckpt);
+    CheckpointContents r = checkpoint_read(ckpt);
     Preset saved = preset_from_json(r.header["preset"].dump(), ckpt + " (embedded preset)");
     if (resume_identity(saved) != resume_identity(preset))
       fail(ckpt, "holds a checkpoint of a different configuration than preset '" + preset.name + "'",
            "use another --out directory, or --fresh to start over");
-    load_weights(*model, r.tensors, ckpt);
+    checkpoint_load_weights(*model, r.tensors, ckpt);
     // optimizer moments: run one zero-gradient step to create the state objects, then overwrite them
     for (auto& item : model->named_parameters()) {
       auto ea = r.tensors.find("optim." + item.key() + ".exp_avg");
@@ -228,7 +187,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     std::error_code ec;
     fs::remove(fs::path(opt.out_dir) / "metrics.jsonl", ec);
   }
-  write_file_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
+  io_write_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
   std::ofstream metrics((fs::path(opt.out_dir) / "metrics.jsonl").string(), std::ios::app);
   log(fmt::format("training {}: {}", preset.name, model_describe(*model)));
 

@@ -48,15 +48,6 @@ TrainResult train_run(const Preset& preset, const TrainOptions& opt);
 // trained one, for tests and benchmarks where exactness or speed matter and accuracy does not.
 void train_write_init(const Preset& preset, const std::string& out_dir);
 
-struct LoadedModel {
-  Preset preset;
-  Decoder model{nullptr};
-  int64_t step = 0;
-};
-// Load DIR/checkpoint.safetensors (or a .safetensors path); clear errors for anything damaged.
-LoadedModel model_load(const std::string& dir_or_file);
-std::string checkpoint_path(const std::string& dir_or_file);
-
 // Accuracy of the model's top-1 at every scored query of `n` held-out examples of the preset's
 // task (lookup: the final answer only), drawn from seed `seed`. Used by the periodic evaluation.
 double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_t seed);

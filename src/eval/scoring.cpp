@@ -1,15 +1,17 @@
-// probe_runner.cpp — see probe_runner.h.
-#include "probe/probe_runner.h"
+// scoring.cpp — see scoring.h.
+#include "eval/scoring.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <exception>
 #include <ostream>
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/io.h"
 
 namespace phasescope {
 
@@ -20,56 +22,72 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Identity {
-  std::string model, layout, tokens_hash;
+  std::string tokens_hash;
+  int64_t target_pos = 0;
 };
 
 }  // namespace
 
-std::string probe_hash_hex(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
+JournalIdentity scoring_identity(const std::string& model, const Backend& backend, const std::string& layout,
+                                const std::string& scoring) {
+  return {{"model", model}, {"backend", backend.identity()}, {"layout", layout}, {"scoring", scoring}};
 }
 
-ProbeRunSummary probe_run_journal(Backend& backend, int64_t n, const std::function<ProbeSample(int64_t)>& render,
-                                  const std::string& journal_path, const ProbeRunOptions& opt) {
+void scoring_check_identity(const JournalLoad& jl, const JournalIdentity& want, const std::string& path) {
+  const std::string fix = "pass another --out folder for this run, or --fresh to start " + path + " over";
+  if (!jl.has_identity) {
+    if (!jl.records.empty())
+      fail(path, "holds samples but no identity line (written by an older phasescope): it cannot be told which "
+                 "model, backend and layout scored them", fix);
+    return;
+  }
+  for (const auto& [k, v] : want) {
+    auto it = jl.identity.find(k);
+    const std::string have = it == jl.identity.end() ? "(none)" : it->second;
+    if (have != v)
+      fail(path, fmt::format("belongs to another run: its {} is '{}', this run's is '{}'", k, have, v), fix);
+  }
+  for (const auto& [k, v] : jl.identity)
+    if (!want.count(k)) fail(path, fmt::format("belongs to another run: it records {} '{}', this run none", k, v), fix);
+}
+
+ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<ScoringSample(int64_t)>& render,
+                         const std::string& journal_path, const ScoringOptions& opt) {
   std::ostream* log = opt.log;
-  ProbeRunSummary sum;
+  ScoringSummary sum;
   sum.total = n;
 
-  // what every sample is (rendered once, only its identity kept), and what the journal already holds
+  // a fresh start removes the old journal; then what the journal holds must be this run's
+  if (opt.fresh && io_exists(journal_path) && std::remove(journal_path.c_str()) != 0)
+    fail(journal_path, "cannot remove the old journal for --fresh", "check the folder's permissions");
+  const JournalLoad jl = journal_load(journal_path);
+  scoring_check_identity(jl, opt.identity, journal_path);
+
+  // what every sample is (rendered once, only its identity kept)
   std::unordered_map<int64_t, int64_t> index_of;  // sample id -> index
   std::vector<Identity> ident(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    ProbeSample s = render(i);
-    ident[size_t(i)] = {s.rec.model, s.rec.layout, s.rec.tokens_hash};
+    ScoringSample s = render(i);
+    ident[size_t(i)] = {s.rec.tokens_hash, s.rec.target_pos};
     if (!index_of.emplace(s.rec.id, i).second) PS_ASSERT(false, fmt::format("duplicate sample id {}", s.rec.id));
   }
-  const JournalLoad jl = journal_load(journal_path);
-  const std::string fix = "use a fresh --out folder for another model, tokenizer or design, or delete " + journal_path +
-                          " to start this one over";
+  const std::string fix = "pass another --out folder for another design, or --fresh to start " + journal_path + " over";
   std::vector<char> done(static_cast<size_t>(n), 0);
   for (const JournalRecord& r : jl.records) {
     auto it = index_of.find(r.id);
-    if (it == index_of.end())
-      fail(journal_path, fmt::format("sample {} is not part of this design", r.id), fix);
+    if (it == index_of.end()) fail(journal_path, fmt::format("sample {} is not part of this design", r.id), fix);
     const Identity& id = ident[size_t(it->second)];
-    if (r.model != id.model || r.layout != id.layout)
+    if (r.tokens_hash != id.tokens_hash || r.target_pos != id.target_pos)
       fail(journal_path,
-           fmt::format("sample {} was written by another run (model '{}', layout '{}'); this run is model '{}', "
-                       "layout '{}'",
-                       r.id, r.model, r.layout, id.model, id.layout),
-           fix);
-    if (r.tokens_hash != id.tokens_hash)
-      fail(journal_path,
-           fmt::format("sample {} had other prompt tokens (the tokenizer or the server changed)", r.id), fix);
+           fmt::format("sample {} had other prompt tokens or target position than this design gives it (the "
+                       "tokenizer, the server or the layout changed)", r.id), fix);
     if (r.scored()) done[size_t(it->second)] = 1;
   }
   std::vector<int64_t> todo;
   for (int64_t i = 0; i < n; ++i)
     if (!done[size_t(i)]) todo.push_back(i);
   sum.resumed = n - static_cast<int64_t>(todo.size());
-  JournalWriter writer(journal_path);
+  JournalWriter writer(journal_path, opt.identity);
   if (log) {
     if (writer.torn_bytes_cut() > 0)
       *log << fmt::format("journal: cut a torn last line ({} bytes) left by an interrupted run\n", writer.torn_bytes_cut());
@@ -85,12 +103,12 @@ ProbeRunSummary probe_run_journal(Backend& backend, int64_t n, const std::functi
   std::string last_error;
   size_t next = 0;
   while (next < todo.size()) {
-    std::vector<ProbeSample> batch;
+    std::vector<ScoringSample> batch;
     std::vector<ScoreRequest> reqs;
     int64_t tokens = 0;
     while (next < todo.size()) {
-      ProbeSample s = render(todo[next]);
-      PS_ASSERT(!s.answer.empty(), "a probe sample needs at least one answer token");
+      ScoringSample s = render(todo[next]);
+      PS_ASSERT(!s.answer.empty(), "a sample needs at least one answer token");
       const int64_t cost = int64_t(s.prompt.size() + s.answer.size()) * int64_t(s.answer.size());
       if (!batch.empty() && (reqs.size() + s.answer.size() > max_req || tokens + cost > opt.max_batch_tokens)) break;
       for (size_t k = 0; k < s.answer.size(); ++k) {
@@ -116,23 +134,27 @@ ProbeRunSummary probe_run_journal(Backend& backend, int64_t n, const std::functi
     } catch (const std::exception& e) {
       batch_error = e.what();
     }
+    const size_t k_total = std::max<size_t>(1, reqs.size());
     reqs.clear();
     const double batch_ms = 1000 * seconds_since(tb);
     int64_t answered = 0;
     size_t k = 0;
-    for (ProbeSample& s : batch) {
+    for (ScoringSample& s : batch) {
       JournalRecord r = std::move(s.rec);
       const size_t A = s.answer.size();
       if (!batch_error.empty()) {
         r.error = batch_error;
         r.ms = batch_ms / double(batch.size());
       } else {
+        double ms = 0;
         for (size_t a = 0; a < A; ++a) {
           const ScoreResult& q = out[k + a];
           if (r.error.empty() && !q.error.empty()) r.error = q.error;
           if (r.error.empty() && q.top1 < 0) r.error = "backend returned no top-1 token";
-          r.ms += q.ms;
+          ms += q.ms;
         }
+        // the backend's own time for the sample, else its share of the batch's wall time
+        r.ms = ms > 0 ? ms : batch_ms * double(A) / double(k_total);
         const ScoreResult& first = out[k];
         r.answer = first.top1;
         r.logprob = first.answer_logprob;
@@ -173,6 +195,7 @@ ProbeRunSummary probe_run_journal(Backend& backend, int64_t n, const std::functi
                " samples scored so far are kept in " + journal_path);
   }
   sum.wall_s = seconds_since(t0);
+  sum.last_error = last_error;
   if (log && sum.failed > 0)
     *log << fmt::format("{}: {} samples failed and are left out (last error: {}); rerun to retry them\n", opt.what,
                         sum.failed, last_error);
