@@ -4,6 +4,8 @@
 // a clear error; a NaN loss stops the run and keeps the last good checkpoint.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +13,8 @@
 #include "data/tasks.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "model/load.h"
+#include "testing.h"
 #include "train/trainer.h"
 
 namespace phasescope {
@@ -18,30 +22,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string tmp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("phasescope_train_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+using testutil::tmp_dir;
 
 // A tiny version of a preset that trains in well under a second per step.
-Preset tiny(const std::string& name) {
-  Preset p = preset_load(name);
-  p.model.d_model = 32;
-  p.model.head_dim = 8;
-  p.task.seq_len = 96;
-  p.task.n_records = 16;
-  p.task.n_demos = 4;
-  p.task.min_records = 8;
-  p.train.batch = 4;
-  p.train.steps = 12;
-  p.train.warmup = 3;
-  p.train.log_every = 4;
-  p.train.eval_every = 0;
-  p.train.ckpt_every = 4;
-  return preset_from_json(preset_to_json(p), "tiny " + name);
-}
+Preset tiny(const std::string& name) { return testutil::tiny_preset(name); }
 
 TrainOptions quiet(const std::string& dir) {
   TrainOptions o;
@@ -415,6 +399,36 @@ TEST(Training, NanLossStopsAndKeepsTheLastGoodCheckpoint) {
   LoadedModel m = model_load(dir);
   EXPECT_EQ(m.step, r.step);
   for (const auto& t : m.model->parameters()) EXPECT_TRUE(torch::isfinite(t).all().item<bool>());
+}
+
+}  // namespace
+}  // namespace phasescope
+
+namespace phasescope {
+namespace {
+
+// Golden numbers (the llm.c habit): the first 10 training losses of the tiny w8s8-1kv preset, seed
+// 42, one thread (ctest sets PHASESCOPE_THREADS=1), as logged (4 decimals), pinned to 2e-4. A change in initialization, data,
+// attention numerics or the optimizer shows here as a number, not as a vague drift elsewhere. If a
+// change is meant to move them, rerun this test and paste the printed values with the reason.
+TEST(Training, FirstTenLossesAreGolden) {
+  Preset p = tiny("w8s8-1kv");
+  p.train.steps = 10;
+  p.train.log_every = 1;
+  p.train.ckpt_every = 10;
+  std::vector<double> losses;
+  TrainOptions o = quiet(tmp_dir("golden"));
+  o.log = [&](const std::string& line) {
+    auto k = line.find(" loss ");
+    if (k != std::string::npos && line.find("held-out") == std::string::npos) losses.push_back(std::stod(line.substr(k + 6)));
+  };
+  train_run(p, o);
+  ASSERT_EQ(losses.size(), 10u);
+  std::string got;
+  for (double l : losses) got += fmt::format("{:.4f}, ", l);
+  const std::vector<double> golden = {6.2966, 6.2553, 6.2742, 6.2913, 6.2746, 6.2539, 6.2790, 6.2602, 6.2934, 6.2937};
+  ASSERT_EQ(golden.size(), 10u) << "measured: " << got;
+  for (size_t i = 0; i < 10; ++i) EXPECT_NEAR(losses[i], golden[i], 2e-4) << "step " << i + 1 << "; measured: " << got;
 }
 
 }  // namespace

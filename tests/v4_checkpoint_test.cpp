@@ -25,6 +25,7 @@
 #include "explain/v4_gates.h"
 #include "model/safetensors_file.h"
 #include "model/v4_checkpoint.h"
+#include "testing.h"
 
 namespace phasescope {
 namespace {
@@ -296,14 +297,7 @@ TEST(V4Gates, SyntheticCheckpointShowsItsPlantedPreferences) {
 // ---------------------------------------------------------------------------------------------
 // What a user gets wrong
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testutil::error_of;
 
 TEST(V4Errors, ClearMessages) {
   EXPECT_NE(error_of([] { v4_open("/nonexistent/dir"); }).find("is not a directory"), std::string::npos);

@@ -1,0 +1,67 @@
+// testing.h — what many test files need, in one copy: fresh temporary folders, reading a file whole,
+// the message of the phasescope::Error a call throws, and a tiny version of a preset that trains in
+// well under a second per step. Header-only; tests include it after gtest.
+// Not here: fakes of a particular module (eval_testing.h: backends; serve_testing.h: servers).
+#pragma once
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "core/check.h"
+#include "data/tasks.h"
+#include "model/config.h"
+
+namespace phasescope {
+namespace testutil {
+
+// A fresh empty folder under the system temp dir, named after the test and this process.
+inline std::string tmp_dir(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("phasescope_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+// The whole file as a string (empty when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The message of the phasescope::Error that f throws; "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A preset shrunk for tests: d = 32, head dim 8, 16 records of 4 demos in 96-token rows, batch 4,
+// 12 steps (warmup 3), a checkpoint every 4, no periodic evaluation.
+inline Preset tiny_preset(const std::string& name) {
+  Preset p = preset_load(name);
+  p.model.d_model = 32;
+  p.model.head_dim = 8;
+  p.task.seq_len = 96;
+  p.task.n_records = 16;
+  p.task.n_demos = 4;
+  p.task.min_records = 8;
+  p.train.batch = 4;
+  p.train.steps = 12;
+  p.train.warmup = 3;
+  p.train.log_every = 4;
+  p.train.eval_every = 0;
+  p.train.ckpt_every = 4;
+  return preset_from_json(preset_to_json(p), "tiny " + name);
+}
+
+}  // namespace testutil
+}  // namespace phasescope
