@@ -44,6 +44,12 @@ void rmsnorm(Vec& v, const RefTensor* weight, double eps) {
   for (size_t i = 0; i < v.size(); ++i) v[i] *= inv * (weight ? weight->data[i] : 1.0);
 }
 
+// Empty per-query, per-head lists of what each query attends to.
+void trace_init(RefTrace& trace, int T, int H) {
+  trace.entries.assign(T, std::vector<std::vector<int64_t>>(H));
+  trace.raw.assign(T, std::vector<std::vector<int64_t>>(H));
+}
+
 // RoPE on the last 2 * inv_freq.size() entries of v, interleaved pairs (2i, 2i+1), angle = pos *
 // inv_freq[i] (attn_rope_inv_freq: theta^(-2i/dims), YaRN-blended when configured). pos may be
 // negative (inverse rotation).
@@ -176,10 +182,7 @@ std::vector<double> reference_mha(const AttnConfig& c, const RefParams& P, const
   const double scale = 1.0 / std::sqrt(double(D));
   const bool has_sink = c.sink;
   std::vector<double> out(int64_t(T) * d, 0.0);
-  if (trace) {
-    trace->entries.assign(T, std::vector<std::vector<int64_t>>(H));
-    trace->raw.assign(T, std::vector<std::vector<int64_t>>(H));
-  }
+  if (trace) trace_init(*trace, T, H);
   for (int t = 0; t < T; ++t) {
     const int64_t p = pos0 + t;
     Vec concat;
@@ -329,10 +332,7 @@ std::vector<double> reference_ds(const AttnConfig& c, const RefParams& P, const 
 
   const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> out(int64_t(T) * d, 0.0);
-  if (trace) {
-    trace->entries.assign(T, std::vector<std::vector<int64_t>>(H));
-    trace->raw.assign(T, std::vector<std::vector<int64_t>>(H));
-  }
+  if (trace) trace_init(*trace, T, H);
   for (int t = 0; t < T; ++t) {
     const int64_t p = pos0 + t;
     // visible entries: j < floor((p+1)/m), i.e. last token <= p

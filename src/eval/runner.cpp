@@ -74,10 +74,7 @@ void eval_write_outputs(const EvalResults& res, bool report, const std::string& 
 
 EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design, const std::string& out_dir,
                               const std::string& backend_description, double wall_s) {
-  StatsOptions so;
-  so.S = opt.S;
-  so.bootstrap = opt.bootstrap;
-  so.seed = opt.bootstrap_seed;
+  const StatsOptions so{opt.S, opt.bootstrap, opt.bootstrap_seed};
   EvalMeta m;
   m.model = opt.model;
   m.protocol = pad_protocol_name(design.spec.protocol);

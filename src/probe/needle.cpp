@@ -422,10 +422,7 @@ EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunO
       backend, d.samples(), [&](int64_t i) { return needle_render(d, i, opt.model); }, journal, po);
 
   // statistics of the whole journal and the same files as `eval`
-  StatsOptions so;
-  so.S = opt.S;
-  so.bootstrap = opt.bootstrap;
-  so.seed = opt.bootstrap_seed;
+  const StatsOptions so{opt.S, opt.bootstrap, opt.bootstrap_seed};
   EvalMeta m;
   m.model = opt.model;
   m.protocol = "prefix";
