@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "eval/results.h"
 #include "eval/runner.h"
 #include "eval_testing.h"
@@ -172,7 +173,7 @@ std::pair<int, int> chromium_rendered_figures(const std::string& chromium, const
   const size_t at = page.rfind("</body>");
   page.insert(at == std::string::npos ? page.size() : at, probe);
   const std::string check = work + "/check.html", dom = work + "/dom.html", err = work + "/chromium.log";
-  report_write_text(check, page);
+  io_write_atomic(check, page);
   const std::string cmd = "timeout 120 '" + chromium +
                           "' --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
                           "--disable-background-networking --disable-component-update --disable-sync "
@@ -201,7 +202,7 @@ TEST(Report, CombinedReportIsSelfContainedAndRendersItsFiguresInChromium) {
     for (const auto& [model, depth] :
          std::vector<std::pair<std::string, double>>{{"full-1kv", 0.0}, {"w8s8-1kv", 0.6}}) {
       const std::string sub = dir + "/run" + std::to_string(k++);
-      report_make_dir(sub);
+      io_make_dirs(sub);
       results_write_json(synthetic_results(model, protocol, depth, 10 + k), sub + "/results.json");
       paths.push_back(sub + "/results.json");
     }
@@ -233,7 +234,7 @@ TEST(Report, CombinedReportIsSelfContainedAndRendersItsFiguresInChromium) {
   const size_t data = broken.find("base64,");
   ASSERT_NE(data, std::string::npos);
   broken.replace(data + 7, 40, std::string(40, 'A'));
-  report_write_text(dir + "/broken.html", broken);
+  io_write_atomic(dir + "/broken.html", broken);
   const auto [ok_broken, total_broken] = chromium_rendered_figures(chromium, dir + "/broken.html", dir);
   EXPECT_EQ(total_broken, 4);
   EXPECT_EQ(ok_broken, 3);
