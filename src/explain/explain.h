@@ -14,6 +14,7 @@
 // layout and the condition: a rerun resumes them, and every per-phase accuracy carries its 95% Wilson
 // interval.
 // Phase convention: r = target_pos % S, target_pos = absolute position of the target record's key.
+// The pure measures are in measures.h, the files, plots and report in explain_report.h.
 // Not here: training, the evaluation journal or its statistics (eval/), drawing (report/).
 #pragma once
 #include <cstdint>
@@ -22,15 +23,14 @@
 #include <vector>
 
 #include "eval/layout.h"
+#include "explain/measures.h"
 #include "model/config.h"
-#include "report/document.h"
 
 namespace phasescope {
 
 class DecoderImpl;
 class Decoder;
 class Backend;
-struct JournalRecord;
 
 struct ExplainOptions {
   int64_t samples = 480;          // evaluation prompts (whole paired blocks of R)
@@ -43,13 +43,6 @@ struct ExplainOptions {
   bool fresh = false;             // start every condition's journal over (else resume those of this model)
   bool report = true;             // PNGs + report.html (needs gnuplot)
   std::ostream* log = nullptr;
-};
-
-struct PhaseAccuracy {
-  std::vector<double> acc;        // (S) fraction correct per phase
-  std::vector<double> lo, hi;     // (S) its 95% Wilson interval
-  std::vector<int64_t> n;         // (S) prompts per phase
-  double mean = 0;                // over all prompts
 };
 
 struct KnockoutRow {
@@ -97,27 +90,12 @@ struct ExplainResults {
 ExplainResults explain_run(const Decoder& model, const Preset& preset, const ExplainOptions& opt,
                            const std::string& out_dir);
 
-// The report section, PNGs embedded; out_dir holds the PNGs written by explain_run.
-ReportSection explain_report_section(const ExplainResults& r, const std::string& out_dir, const std::string& id = "explain");
-std::string explain_summary(const ExplainResults& r);  // the text table printed at the end
-
 // ---------------------------------------------------------------------------------------------
 // Pieces, exposed for tests.
-
-// windows: (n) gate weight vectors over the W offsets of one entry, each summing to 1.
-double gate_static_concentration(const std::vector<std::vector<double>>& windows);  // exp(H(mean))
-double gate_window_concentration(const std::vector<std::vector<double>>& windows);  // mean exp(H)
-std::vector<double> gate_profile(const std::vector<std::vector<double>>& windows, int S);  // (S), offset i -> i % S
 
 // Roll every gate parameter (<branch>_gate_w, <branch>_gate_b) of chunked layers with W == S by delta
 // along the offset axis (layer -1: all of them); payload maps untouched. Returns the layers rolled.
 std::vector<int> gate_cycle(DecoderImpl& model, int delta, int layer = -1);
-
-// 1 - SS_res / SS_tot of observed vs predicted, over the indices not in `skip`.
-double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted, const std::vector<int>& skip = {});
-
-// Accuracy per phase of scored journal records (top-1 == expected), with 95% Wilson intervals.
-PhaseAccuracy phase_accuracy(const std::vector<JournalRecord>& records, int S);
 
 // Score the layout's samples with `backend` under `condition` ("clean", "knockout L0", ...) through the
 // scoring engine into journal_path (resumed when it is this run's; fresh: started over), and return

@@ -12,6 +12,7 @@
 #include "eval/model_backend.h"
 #include "eval/runner.h"
 #include "explain/explain.h"
+#include "explain/explain_report.h"
 #include "model/config.h"
 #include "model/load.h"
 #include "train/trainer.h"

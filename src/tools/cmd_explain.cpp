@@ -7,6 +7,7 @@
 #include "core/runtime.h"
 #include "eval/model_backend.h"
 #include "explain/explain.h"
+#include "explain/explain_report.h"
 #include "model/model.h"
 #include "tools/commands.h"
 
