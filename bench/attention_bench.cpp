@@ -35,9 +35,12 @@ AttnConfig bench_config(AttnKind kind) {
 
 double ideal_ratio(const AttnConfig& c, int T) {
   switch (c.kind) {
-    case AttnKind::Full: return 1.0;
-    case AttnKind::Window: return double(c.window) / T;
-    default: return (double(c.window) + double(T) / attn_stride(c)) / T;
+    case AttnKind::Full:
+      return 1.0;
+    case AttnKind::Window:
+      return double(c.window) / T;
+    default:
+      return (double(c.window) + double(T) / attn_stride(c)) / T;
   }
 }
 

@@ -29,7 +29,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -81,7 +83,8 @@ Row measure(const std::string& url, int in_flight, int prompt, int64_t n, int ma
   r.seconds = seconds_since(t0);
   for (const HttpEndpointStats& st : pool.stats())
     if (st.failures > 0)
-      r.first_error += fmt::format(" [{} failed attempts, {} rests; last: {}]", st.failures, st.rests, st.last_failure);
+      r.first_error +=
+          fmt::format(" [{} failed attempts, {} rests; last: {}]", st.failures, st.rests, st.last_failure);
   r.p50 = percentile(ms, 0.50);
   r.p99 = percentile(ms, 0.99);
   return r;
@@ -93,7 +96,8 @@ int serve(double seconds) {
   s.model = [=](const std::vector<int>& t) {
     if (!t.empty() && t.back() == fp) {  // the FP8 probe: "8" wins when the prompt length is 2 or 3 mod 4
       const double l8 = t.size() % 4 >= 2 ? -0.15 : -2.0;
-      return l8 > -1 ? fake::Dist{{eight, l8}, {thirty_two, -2.1}} : fake::Dist{{thirty_two, -0.2}, {eight, l8}};
+      return l8 > -1 ? fake::Dist{{eight, l8}, {thirty_two, -2.1}}
+                     : fake::Dist{{thirty_two, -0.2}, {eight, l8}};
     }
     int64_t q = -1;
     const int p = fake::induction_next(t, &q);
@@ -127,7 +131,8 @@ int main(int argc, char** argv) {
       const int64_t n = in_flight == 1 ? 1000 : (prompt == 128 ? 8000 : 4000);
       rows.push_back(measure(s.url(), in_flight, prompt, n));
       const Row& r = rows.back();
-      fmt::print(stderr, "  {} in flight, {} tokens: {:.0f} req/s {}\n", in_flight, prompt, double(r.requests) / r.seconds, r.first_error);
+      fmt::print(stderr, "  {} in flight, {} tokens: {:.0f} req/s {}\n", in_flight, prompt,
+                 double(r.requests) / r.seconds, r.first_error);
     }
   // the same burst against httplib's own listen queue of 5 (llama-server-like), with and without
   // the pool's limit on connections opened at once
@@ -140,11 +145,12 @@ int main(int argc, char** argv) {
     rows.back().note = "listen backlog 5, unlimited connecting";
   }
   fmt::print("HTTP backend vs an instant local server (client and server in one process, {} cores)\n", cores);
-  fmt::print("{:>9} {:>8} {:>9} {:>7} {:>10} {:>9} {:>9}\n", "in flight", "prompt", "requests", "errors", "req/s",
-             "p50 ms", "p99 ms");
+  fmt::print("{:>9} {:>8} {:>9} {:>7} {:>10} {:>9} {:>9}\n", "in flight", "prompt", "requests", "errors",
+             "req/s", "p50 ms", "p99 ms");
   for (const Row& r : rows)
-    fmt::print("{:>9} {:>8} {:>9} {:>7} {:>10.0f} {:>9.3f} {:>9.3f}{}\n", r.in_flight, r.prompt, r.requests, r.errors,
-               double(r.requests) / r.seconds, r.p50, r.p99, (r.note.empty() ? "" : "  " + r.note) + (r.first_error.empty() ? "" : "  " + r.first_error));
+    fmt::print("{:>9} {:>8} {:>9} {:>7} {:>10.0f} {:>9.3f} {:>9.3f}{}\n", r.in_flight, r.prompt, r.requests,
+               r.errors, double(r.requests) / r.seconds, r.p50, r.p99,
+               (r.note.empty() ? "" : "  " + r.note) + (r.first_error.empty() ? "" : "  " + r.first_error));
 
   // the needle probe end to end: render, score, journal (fdatasync per batch), 64 in flight
   {
@@ -172,10 +178,13 @@ int main(int argc, char** argv) {
     ScoringOptions po;
     po.max_failed_batches = 1000000;  // the canned answers are all wrong; that is not a failure
     const ScoringSummary sum = scoring_run(
-        b, d.samples(), [&](int64_t i) { return needle_render(d, i, "fake-model"); }, dir + "/journal.jsonl", po);
-    fmt::print("\nneedle probe, context 1024, {} prompts, 64 in flight, batches of {}: design {:.2f} s (tokenize + "
-               "verify), scoring {:.2f} s = {:.0f} requests/s journaled ({} failed)\n",
-               sum.total, b.max_batch(), build_s, sum.wall_s, double(sum.scored + sum.failed) / sum.wall_s, sum.failed);
+        b, d.samples(), [&](int64_t i) { return needle_render(d, i, "fake-model"); }, dir + "/journal.jsonl",
+        po);
+    fmt::print(
+        "\nneedle probe, context 1024, {} prompts, 64 in flight, batches of {}: design {:.2f} s (tokenize + "
+        "verify), scoring {:.2f} s = {:.0f} requests/s journaled ({} failed)\n",
+        sum.total, b.max_batch(), build_s, sum.wall_s, double(sum.scored + sum.failed) / sum.wall_s,
+        sum.failed);
     std::filesystem::remove_all(dir);
   }
 
@@ -198,14 +207,18 @@ int main(int argc, char** argv) {
     }
     const double body_us = 1e6 * seconds_since(t0) / reps;
     const std::string reply =
-        "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" x\",\"logprobs\":{\"tokens\":[\"token_id:7\"],"
-        "\"token_logprobs\":[-0.05],\"top_logprobs\":[{\"token_id:7\":-0.05,\"token_id:1\":-3.5}]},\"finish_reason\":\"length\"}],"
+        "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" "
+        "x\",\"logprobs\":{\"tokens\":[\"token_id:7\"],"
+        "\"token_logprobs\":[-0.05],\"top_logprobs\":[{\"token_id:7\":-0.05,\"token_id:1\":-3.5}]},\"finish_"
+        "reason\":\"length\"}],"
         "\"usage\":{\"prompt_tokens\":128,\"completion_tokens\":1,\"total_tokens\":129}}";
     t0 = Clock::now();
     for (int i = 0; i < reps; ++i) sink += completion_reply_parse(reply).chosen.size();
     const double parse_us = 1e6 * seconds_since(t0) / reps;
-    fmt::print("\nclient CPU per request (one thread): request body of 128 ids {:.2f} us, reply parse {:.2f} us ({})\n",
-               body_us, parse_us, sink > 0 ? "ok" : "?");
+    fmt::print(
+        "\nclient CPU per request (one thread): request body of 128 ids {:.2f} us, reply parse {:.2f} us "
+        "({})\n",
+        body_us, parse_us, sink > 0 ? "ok" : "?");
   }
   return 0;
 }

@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention/attention.h"
@@ -53,7 +53,8 @@ int child(int steps) {
     opt.zero_grad();
     h.pow(2).mean().backward();
     opt.step();
-    if (s >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (s >= 2)
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   rusage after{};
   getrusage(RUSAGE_SELF, &after);
@@ -100,7 +101,10 @@ int main(int argc, char** argv) {
   };
   for (auto& r : rows) r.m = run_child(self, r.env, steps);
 
-  fmt::print("training-like step: 2 chunked-attention layers + MLP, d=128, B=16, T=256, AdamW, fp32; median of {} steps\n", steps);
+  fmt::print(
+      "training-like step: 2 chunked-attention layers + MLP, d=128, B=16, T=256, AdamW, fp32; median of {} "
+      "steps\n",
+      steps);
   fmt::print("{:<42} {:>10} {:>14} {:>12}\n", "setting", "ms/step", "page faults", "vs default");
   for (const auto& r : rows)
     fmt::print("{:<42} {:>10.1f} {:>14} {:>12.2f}\n", r.name, r.m.ms, r.m.faults, r.m.ms / rows[0].m.ms);

@@ -26,8 +26,8 @@
 #include "core/runtime.h"
 #include "eval/layout.h"
 #include "eval/model_backend.h"
-#include "serve/server.h"
 #include "model/load.h"
+#include "serve/server.h"
 #include "train/trainer.h"
 
 using namespace phasescope;

@@ -11,13 +11,12 @@
 //   "dense" — random tokens with a target at every position (no row to skip: the kernels alone).
 // All runs use the same thread count. Run by scripts/bench.sh. Not a test.
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -91,7 +90,8 @@ Batches task_batches(const Preset& p, int n) {
   Batches out;
   for (int s = 0; s < n; ++s) {
     std::vector<Example> rows;
-    for (int b = 0; b < p.train.batch; ++b) rows.push_back(stream.next(last));  // the task after any curriculum
+    for (int b = 0; b < p.train.batch; ++b)
+      rows.push_back(stream.next(last));  // the task after any curriculum
     Batch batch = make_batch(rows);
     out.scored += batch.targets.ge(0).sum().item<double>() / n;
     out.tokens.push_back(batch.tokens);
@@ -103,8 +103,10 @@ Batches task_batches(const Preset& p, int n) {
 Batches dense_batches(const Preset& p, int n) {
   Batches out;
   for (int s = 0; s < n; ++s) {
-    out.tokens.push_back(torch::randint(0, p.model.vocab_size, {p.train.batch, p.task.seq_len}, torch::kInt64));
-    out.targets.push_back(torch::randint(0, p.model.vocab_size, {p.train.batch, p.task.seq_len}, torch::kInt64));
+    out.tokens.push_back(
+        torch::randint(0, p.model.vocab_size, {p.train.batch, p.task.seq_len}, torch::kInt64));
+    out.targets.push_back(
+        torch::randint(0, p.model.vocab_size, {p.train.batch, p.task.seq_len}, torch::kInt64));
   }
   out.scored = double(p.train.batch) * p.task.seq_len;
   return out;
@@ -115,7 +117,8 @@ void write_batches(const Batches& b, const std::string& path) {
   std::ofstream f(path, std::ios::binary);
   for (size_t i = 0; i < b.tokens.size(); ++i)
     for (const auto& t : {b.tokens[i], b.targets[i]})
-      f.write(reinterpret_cast<const char*>(t.contiguous().data_ptr<int64_t>()), std::streamsize(t.numel() * 8));
+      f.write(reinterpret_cast<const char*>(t.contiguous().data_ptr<int64_t>()),
+              std::streamsize(t.numel() * 8));
 }
 
 Speed phasescope_speed(const Preset& p, int steps, const Batches& data) {
@@ -152,20 +155,25 @@ Speed phasescope_speed(const Preset& p, int steps, const Batches& data) {
   return out;
 }
 
-// Runs Debian's interpreter explicitly: python3-torch lives there, and a pyenv python3 may come first on PATH.
+// Runs Debian's interpreter explicitly: python3-torch lives there, and a pyenv python3 may come first on
+// PATH.
 double python_speed(const Preset& p, bool tune, int steps, int threads, const std::string& data) {
   const AttnConfig& a = p.model.layers[0];
   std::string cmd = fmt::format(
-      "/usr/bin/python3 {}/bench/torch_reference.py --kind {} --d {} --layers {} --heads {} --head-dim {} --seq {} "
+      "/usr/bin/python3 {}/bench/torch_reference.py --kind {} --d {} --layers {} --heads {} --head-dim {} "
+      "--seq {} "
       "--batch {} --steps {} --vocab {} --mlp {} --W {} --S {} --window {} --threads {} --data {}{}",
-      PHASESCOPE_SOURCE_DIR, a.kind == AttnKind::Chunked ? "chunked" : "full", p.model.d_model, p.model.n_layers,
-      p.model.n_heads, p.model.head_dim, p.task.seq_len, p.train.batch, steps, p.model.vocab_size, p.model.mlp_hidden,
-      a.W, a.S, a.window, threads, data, tune ? " --tune-malloc" : "");
+      PHASESCOPE_SOURCE_DIR, a.kind == AttnKind::Chunked ? "chunked" : "full", p.model.d_model,
+      p.model.n_layers, p.model.n_heads, p.model.head_dim, p.task.seq_len, p.train.batch, steps,
+      p.model.vocab_size, p.model.mlp_hidden, a.W, a.S, a.window, threads, data,
+      tune ? " --tune-malloc" : "");
   FILE* f = popen(cmd.c_str(), "r");
   double v = 0;
   if (!f || std::fscanf(f, "tokens_per_s %lf", &v) != 1) {
-    std::fprintf(stderr, "train_bench: the PyTorch-Python reference failed (is python3-torch installed? "
-                         "scripts/bench.sh installs it): %s\n", cmd.c_str());
+    std::fprintf(stderr,
+                 "train_bench: the PyTorch-Python reference failed (is python3-torch installed? "
+                 "scripts/bench.sh installs it): %s\n",
+                 cmd.c_str());
     if (f) pclose(f);
     return 0;
   }
@@ -183,15 +191,18 @@ int main() {
   fmt::print("sgemm 1024^3: {:.1f} GFLOP/s\n\n", peak / 1e9);
   const int steps = 20;
 
-  const std::string data = (std::filesystem::temp_directory_path() / fmt::format("phasescope_train_bench_{}.bin", ::getpid())).string();
+  const std::string data =
+      (std::filesystem::temp_directory_path() / fmt::format("phasescope_train_bench_{}.bin", ::getpid()))
+          .string();
   for (const std::string workload : {"task", "dense"}) {
     fmt::print("workload '{}': {}\n", workload,
-               workload == "task" ? "the preset's training rows; phasescope's last layer and unembedding run on scored rows only, PyTorch-Python on every row"
+               workload == "task" ? "the preset's training rows; phasescope's last layer and unembedding run "
+                                    "on scored rows only, PyTorch-Python on every row"
                                   : "random tokens, every position scored (no rows to skip)");
-    fmt::print("{:<10} {:>8} {:>12} {:>14} {:>14} {:>8} {:>8} {:>10}\n", "preset", "scored", "phasescope", "pytorch-py",
-               "pytorch-py", "vs py", "vs py", "FLOP rate");
-    fmt::print("{:<10} {:>8} {:>12} {:>14} {:>14} {:>8} {:>8} {:>10}\n", "", "/ step", "tok/s", "default tok/s",
-               "tuned tok/s", "default", "tuned", "/ sgemm");
+    fmt::print("{:<10} {:>8} {:>12} {:>14} {:>14} {:>8} {:>8} {:>10}\n", "preset", "scored", "phasescope",
+               "pytorch-py", "pytorch-py", "vs py", "vs py", "FLOP rate");
+    fmt::print("{:<10} {:>8} {:>12} {:>14} {:>14} {:>8} {:>8} {:>10}\n", "", "/ step", "tok/s",
+               "default tok/s", "tuned tok/s", "default", "tuned", "/ sgemm");
     for (const std::string name : {"w8s8-1kv", "full-1kv"}) {
       Preset p = preset_load(name);
       p.model.vocab_size = task_vocab(p.task).size();
@@ -201,12 +212,13 @@ int main() {
       Speed ours = phasescope_speed(p, steps, b);
       const double py = python_speed(p, false, steps, rt.threads, data);
       const double py_tuned = python_speed(p, true, steps, rt.threads, data);
-      fmt::print("{:<10} {:>8.0f} {:>12.0f} {:>14.0f} {:>14.0f} {:>8.2f} {:>8.2f} {:>9.1f}%\n", name, b.scored, ours.tok_s,
-                 py, py_tuned, py > 0 ? ours.tok_s / py : 0.0, py_tuned > 0 ? ours.tok_s / py_tuned : 0.0,
-                 100 * ours.flops / peak);
-      fmt::print("{:<10} phasescope step {:.0f} ms = forward {:.0f}% + backward {:.0f}% + clip/AdamW {:.0f}%\n", "",
-                 1e3 * ours.step_s, 100 * ours.fwd_s / ours.step_s, 100 * ours.bwd_s / ours.step_s,
-                 100 * ours.opt_s / ours.step_s);
+      fmt::print("{:<10} {:>8.0f} {:>12.0f} {:>14.0f} {:>14.0f} {:>8.2f} {:>8.2f} {:>9.1f}%\n", name,
+                 b.scored, ours.tok_s, py, py_tuned, py > 0 ? ours.tok_s / py : 0.0,
+                 py_tuned > 0 ? ours.tok_s / py_tuned : 0.0, 100 * ours.flops / peak);
+      fmt::print(
+          "{:<10} phasescope step {:.0f} ms = forward {:.0f}% + backward {:.0f}% + clip/AdamW {:.0f}%\n", "",
+          1e3 * ours.step_s, 100 * ours.fwd_s / ours.step_s, 100 * ours.bwd_s / ours.step_s,
+          100 * ours.opt_s / ours.step_s);
     }
     fmt::print("\n");
   }

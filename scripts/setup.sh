@@ -18,6 +18,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev  # tests (ctest)
   libbenchmark-dev        # bench/
   gnuplot-nox             # plots (PNG via the pngcairo terminal)
+  clang-format            # scripts/format.sh --check: the tests refuse unformatted sources (.clang-format)
   chromium                # headless check that the HTML report renders its figures (tests/eval_report_test)
 )
 

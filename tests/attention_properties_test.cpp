@@ -28,7 +28,8 @@ TEST_P(PropertyTest, ChangingLaterTokensNeverChangesEarlierOutputs) {
   x2.narrow(1, t0, T - t0).normal_();
   auto y = m->forward(x), y2 = m->forward(x2);
   EXPECT_LT(max_abs_diff(y.narrow(1, 0, t0), y2.narrow(1, 0, t0)), 1e-12);
-  EXPECT_GT(max_abs_diff(y.narrow(1, t0, T - t0), y2.narrow(1, t0, T - t0)), 1e-3);  // and later ones do change
+  EXPECT_GT(max_abs_diff(y.narrow(1, t0, T - t0), y2.narrow(1, t0, T - t0)),
+            1e-3);  // and later ones do change
 }
 
 // The visibility rule, written out again: entry start positions a query at p may attend to.
@@ -76,7 +77,8 @@ TEST_P(PropertyTest, EachQuerySeesExactlyTheVisibleEntriesAndRawTokens) {
         std::set<int64_t> got_entries, got_raw;
         if (tr.entry_prob.defined())
           for (int64_t n = 0; n < tr.entry_prob.size(3); ++n)
-            if (tr.entry_prob[0][h][t][n].item<double>() > 0) got_entries.insert(tr.entry_start[n].item<int64_t>());
+            if (tr.entry_prob[0][h][t][n].item<double>() > 0)
+              got_entries.insert(tr.entry_start[n].item<int64_t>());
         for (int64_t r = 0; r < T; ++r)
           if (tr.raw_prob[0][h][t][r].item<double>() > 0) got_raw.insert(pos0 + r);
         if (c.index_topk > 0) {
@@ -87,7 +89,8 @@ TEST_P(PropertyTest, EachQuerySeesExactlyTheVisibleEntriesAndRawTokens) {
           EXPECT_EQ(got_entries, expect_entries) << "p=" << p << " head " << h;
         }
         EXPECT_EQ(got_raw, visible_raw(c, pos0, T, p)) << "p=" << p << " head " << h;
-        EXPECT_EQ(std::vector<int64_t>(got_entries.begin(), got_entries.end()), rt.entries[t][h]) << "p=" << p;
+        EXPECT_EQ(std::vector<int64_t>(got_entries.begin(), got_entries.end()), rt.entries[t][h])
+            << "p=" << p;
         EXPECT_EQ(std::vector<int64_t>(got_raw.begin(), got_raw.end()), rt.raw[t][h]) << "p=" << p;
       }
       // the block boundary itself: an entry appears exactly at the query that is its last token
@@ -121,8 +124,10 @@ TEST_P(PropertyTest, ShiftByMultipleOfStrideChangesNothingAndOtherShiftsDo) {
   const int64_t stride = attn_is_compressed(c) ? attn_stride(c) : 1;
   for (int64_t k : {1, 2, 5}) {
     const double diff = max_abs_diff(m->forward(x, k * stride), y0);
-    if (relative_only(c)) EXPECT_LT(diff, 1e-9) << "shift " << k * stride;
-    else EXPECT_GT(diff, 1e-6) << "shift " << k * stride << ": this option should leak absolute position";
+    if (relative_only(c))
+      EXPECT_LT(diff, 1e-9) << "shift " << k * stride;
+    else
+      EXPECT_GT(diff, 1e-6) << "shift " << k * stride << ": this option should leak absolute position";
   }
   if (attn_is_compressed(c) && stride > 1) {
     // a shift by a non-multiple regroups the tokens into entries: outputs move
@@ -135,7 +140,8 @@ TEST_P(PropertyTest, ShiftByMultipleOfStrideChangesNothingAndOtherShiftsDo) {
 INSTANTIATE_TEST_SUITE_P(AllKinds, PropertyTest, ::testing::ValuesIn(attention_variants()), variant_name);
 
 // Copy the shared projections of one module into another of a different kind.
-void copy_params(AttentionImpl& from, AttentionImpl& to, const std::vector<std::pair<std::string, std::string>>& names) {
+void copy_params(AttentionImpl& from, AttentionImpl& to,
+                 const std::vector<std::pair<std::string, std::string>>& names) {
   torch::NoGradGuard g;
   for (const auto& [a, b] : names) to.param(b).copy_(from.param(a).view(to.param(b).sizes()));
 }
@@ -151,7 +157,9 @@ TEST(Reductions, ChunkedBeforeItsFirstEntryIsWindowAttention) {
     wc.kind = AttnKind::Window;
     wc.window = tail ? 64 : 5;  // the tail, before any entry, is every token so far
     Attention chunked = make_module(cc, 31), window = make_module(wc, 32);
-    copy_params(*chunked, *window, {{"wq", "wq"}, {"wk", "wk"}, {"wv", "wv"}, {"wo", "wo"}, {"q_norm", "q_norm"}, {"k_norm", "k_norm"}});
+    copy_params(
+        *chunked, *window,
+        {{"wq", "wq"}, {"wk", "wk"}, {"wv", "wv"}, {"wo", "wo"}, {"q_norm", "q_norm"}, {"k_norm", "k_norm"}});
     torch::manual_seed(4);
     auto x = torch::randn({2, 11, cc.d_model}, torch::kFloat64);  // T = 11 < W: no entry is complete
     EXPECT_LT(max_abs_diff(chunked->forward(x), window->forward(x)), 1e-13) << "tail=" << tail;
@@ -172,8 +180,13 @@ TEST(Reductions, ChunkedW1S1SharedPayloadNoWindowIsFullAttention) {
     AttnConfig fc = cc;
     fc.kind = AttnKind::Full;
     Attention chunked = make_module(cc, 33), full = make_module(fc, 34);
-    copy_params(*full, *chunked, {{"wq", "wq"}, {"wo", "wo"}, {"q_norm", "q_norm"}, {"k_norm", "k_norm"},
-                                  {"wk", "ck_payload"}, {"wv", "cv_payload"}});
+    copy_params(*full, *chunked,
+                {{"wq", "wq"},
+                 {"wo", "wo"},
+                 {"q_norm", "q_norm"},
+                 {"k_norm", "k_norm"},
+                 {"wk", "ck_payload"},
+                 {"wv", "cv_payload"}});
     torch::manual_seed(5);
     auto x = torch::randn({2, 29, cc.d_model}, torch::kFloat64);
     EXPECT_LT(max_abs_diff(chunked->forward(x), full->forward(x)), 1e-12) << gate_kind_name(gate);
@@ -214,7 +227,9 @@ TEST(Sink, AddsOnlyToTheDenominator) {
   AttnConfig nc = c;
   nc.sink = false;
   Attention with = make_module(c, 37), without = make_module(nc, 37);
-  copy_params(*with, *without, {{"wq", "wq"}, {"wk", "wk"}, {"wv", "wv"}, {"wo", "wo"}, {"q_norm", "q_norm"}, {"k_norm", "k_norm"}});
+  copy_params(
+      *with, *without,
+      {{"wq", "wq"}, {"wk", "wk"}, {"wv", "wv"}, {"wo", "wo"}, {"q_norm", "q_norm"}, {"k_norm", "k_norm"}});
   torch::manual_seed(8);
   auto x = torch::randn({1, 20, c.d_model}, torch::kFloat64);
   torch::NoGradGuard g;

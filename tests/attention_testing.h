@@ -29,9 +29,19 @@ inline std::vector<Variant> attention_variants() {
     edit(c);
     v.push_back({"chunked_" + name, c});
   };
-  chunked("w8s4_overlap", [](AttnConfig& c) { c.W = 8; c.S = 4; });
-  chunked("w12s12_mqa", [](AttnConfig& c) { c.W = 12; c.S = 12; c.n_kv_heads = 1; });
-  chunked("w8s6", [](AttnConfig& c) { c.W = 8; c.S = 6; });
+  chunked("w8s4_overlap", [](AttnConfig& c) {
+    c.W = 8;
+    c.S = 4;
+  });
+  chunked("w12s12_mqa", [](AttnConfig& c) {
+    c.W = 12;
+    c.S = 12;
+    c.n_kv_heads = 1;
+  });
+  chunked("w8s6", [](AttnConfig& c) {
+    c.W = 8;
+    c.S = 6;
+  });
   chunked("vector_gates", [](AttnConfig& c) { c.gate = GateKind::Vector; });
   chunked("uniform", [](AttnConfig& c) { c.gate = GateKind::Uniform; });
   chunked("tied_kv", [](AttnConfig& c) { c.tied_kv = true; });
@@ -40,13 +50,28 @@ inline std::vector<Variant> attention_variants() {
   chunked("no_qk_norm", [](AttnConfig& c) { c.qk_norm = false; });
   chunked("no_rope", [](AttnConfig& c) { c.rope_dims = 0; });
   chunked("rope_partial", [](AttnConfig& c) { c.rope_dims = 8; });
-  chunked("comp_rope_mismatch", [](AttnConfig& c) { c.rope_dims = 8; c.comp_rope_dims = 4; });
-  chunked("tied_kv_no_comp_rope", [](AttnConfig& c) { c.tied_kv = true; c.comp_rope_dims = 0; c.rope_dims = 0; });
+  chunked("comp_rope_mismatch", [](AttnConfig& c) {
+    c.rope_dims = 8;
+    c.comp_rope_dims = 4;
+  });
+  chunked("tied_kv_no_comp_rope", [](AttnConfig& c) {
+    c.tied_kv = true;
+    c.comp_rope_dims = 0;
+    c.rope_dims = 0;
+  });
   chunked("uncompressed_tail", [](AttnConfig& c) { c.uncompressed_tail = true; });
-  chunked("tail_overlap", [](AttnConfig& c) { c.uncompressed_tail = true; c.W = 8; c.S = 4; });
+  chunked("tail_overlap", [](AttnConfig& c) {
+    c.uncompressed_tail = true;
+    c.W = 8;
+    c.S = 4;
+  });
   chunked("sink", [](AttnConfig& c) { c.sink = true; });
   chunked("deepseek_style", [](AttnConfig& c) {
-    c.W = 8; c.S = 4; c.gate = GateKind::Vector; c.tied_kv = true; c.rope_dims = 8;
+    c.W = 8;
+    c.S = 4;
+    c.gate = GateKind::Vector;
+    c.tied_kv = true;
+    c.rope_dims = 8;
   });
   auto ds = [&](const std::string& name, AttnKind kind, auto edit) {
     AttnConfig c = zoo_config(kind);
@@ -54,19 +79,40 @@ inline std::vector<Variant> attention_variants() {
     v.push_back({name, c});
   };
   ds("dsv4_csa_dense", AttnKind::DsCsa, [](AttnConfig& c) { c.index_topk = 0; });
-  ds("dsv4_csa_top1_nosink", AttnKind::DsCsa, [](AttnConfig& c) { c.index_topk = 1; c.sink = false; });
+  ds("dsv4_csa_top1_nosink", AttnKind::DsCsa, [](AttnConfig& c) {
+    c.index_topk = 1;
+    c.sink = false;
+  });
   ds("dsv4_csa_no_bias", AttnKind::DsCsa, [](AttnConfig& c) { c.offset_bias = false; });
-  ds("hca_m4_w3", AttnKind::DsHca, [](AttnConfig& c) { c.ratio = 4; c.window = 3; });
+  ds("hca_m4_w3", AttnKind::DsHca, [](AttnConfig& c) {
+    c.ratio = 4;
+    c.window = 3;
+  });
   ds("v41_csa2_indexed", AttnKind::DsCsa2, [](AttnConfig& c) { c.index_topk = 3; });
   auto v4_real = [](AttnConfig& c) {  // DeepSeek-V4's RoPE and output: YaRN, grouped low-rank wo
-    c.rope_theta = 160000.0; c.yarn_original_len = 64; c.yarn_factor = 16.0; c.o_groups = 2; c.o_rank = 8;
+    c.rope_theta = 160000.0;
+    c.yarn_original_len = 64;
+    c.yarn_factor = 16.0;
+    c.o_groups = 2;
+    c.o_rank = 8;
   };
   ds("dsv4_csa_yarn_grouped", AttnKind::DsCsa, v4_real);
   ds("hca_yarn_grouped", AttnKind::DsHca, v4_real);
   ds("dsv4_window_yarn_grouped", AttnKind::DsWindow, v4_real);
-  chunked("yarn", [](AttnConfig& c) { c.yarn_original_len = 64; c.yarn_factor = 8.0; });
-  ds("window_sink_gqa", AttnKind::Window, [](AttnConfig& c) { c.sink = true; c.n_kv_heads = 2; c.window = 5; });
-  ds("full_mha_no_norm", AttnKind::Full, [](AttnConfig& c) { c.n_kv_heads = 4; c.qk_norm = false; c.rope_dims = 6; });
+  chunked("yarn", [](AttnConfig& c) {
+    c.yarn_original_len = 64;
+    c.yarn_factor = 8.0;
+  });
+  ds("window_sink_gqa", AttnKind::Window, [](AttnConfig& c) {
+    c.sink = true;
+    c.n_kv_heads = 2;
+    c.window = 5;
+  });
+  ds("full_mha_no_norm", AttnKind::Full, [](AttnConfig& c) {
+    c.n_kv_heads = 4;
+    c.qk_norm = false;
+    c.rope_dims = 6;
+  });
   return v;
 }
 

@@ -1,10 +1,11 @@
 // config_test.cpp — attention configs: defaults validate, JSON round-trips every field, and bad
 // input is refused with a message that names the field and the fix.
+#include "attention/config.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "attention/config.h"
 #include "attention/zoo.h"
 #include "core/check.h"
 
@@ -35,17 +36,23 @@ TEST(AttnConfig, EveryKindsDefaultValidatesAndRoundTrips) {
 }
 
 TEST(AttnConfig, BadInputNamesFileFieldAndFix) {
-  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"W\": 4, \"S\": 8}").find("presets/x.json field 'W'"), std::string::npos);
-  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"Wx\": 4}").find("field 'Wx': unknown field"), std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"W\": 4, \"S\": 8}").find("presets/x.json field 'W'"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"Wx\": 4}").find("field 'Wx': unknown field"),
+            std::string::npos);
   EXPECT_NE(error_of("{\"kind\": \"chunked\", \"W\": \"8\"}").find("expected integer"), std::string::npos);
   EXPECT_NE(error_of("{\"kind\": \"sparse\"}").find("unknown attention kind 'sparse'"), std::string::npos);
   EXPECT_NE(error_of("{\"W\": 8}").find("field 'kind'"), std::string::npos);
   EXPECT_NE(error_of("{\"kind\": ").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of("{\"kind\": \"hca\", \"overlap\": true}").find("Fix:"), std::string::npos);
-  EXPECT_NE(error_of("{\"kind\": \"v41-csa2\", \"offset_bias\": true}").find("offset_bias"), std::string::npos);
-  EXPECT_NE(error_of("{\"kind\": \"dsv4-csa\", \"n_kv_heads\": 2, \"n_heads\": 4}").find("MQA"), std::string::npos);
-  EXPECT_NE(error_of("{\"kind\": \"hca\", \"ratio\": 32, \"window\": 8}").find("ratio - 1"), std::string::npos);
-  EXPECT_NE(error_of("{\"kind\": \"full\", \"n_heads\": 6, \"n_kv_heads\": 4}").find("divide n_heads"), std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"v41-csa2\", \"offset_bias\": true}").find("offset_bias"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"dsv4-csa\", \"n_kv_heads\": 2, \"n_heads\": 4}").find("MQA"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"hca\", \"ratio\": 32, \"window\": 8}").find("ratio - 1"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"full\", \"n_heads\": 6, \"n_kv_heads\": 4}").find("divide n_heads"),
+            std::string::npos);
 }
 
 TEST(AttnConfig, ParamInventoryFollowsTheOptions) {

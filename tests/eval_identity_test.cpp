@@ -5,11 +5,10 @@
 // loading a checkpoint whose same-shape tensors were swapped (its byte checksum still passes).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/io.h"
@@ -62,7 +61,8 @@ TEST(Identity, JournalRefusesTheSameRunAfterMoreTraining) {
   train_run(p, o);
   const std::string hash2 = model_load(ck).hash;
   eval_into(ck, out);
-  EXPECT_EQ(journal_load(out + "/journal.jsonl").identity.at("backend").find(hash2) != std::string::npos, true);
+  EXPECT_EQ(journal_load(out + "/journal.jsonl").identity.at("backend").find(hash2) != std::string::npos,
+            true);
   eval_into(ck, out);  // the same model resumes: nothing to score, no refusal
 
   o.stop_after = -1;

@@ -3,6 +3,8 @@
 // knocking out a layer the model does not use changes nothing (and one it uses changes the logits);
 // gate cycling by delta and back by -delta restores weights and accuracies exactly; the token shift
 // of the laptop presets is a causal, position-invariant convolution.
+#include "explain/explain.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,7 +15,6 @@
 #include "core/check.h"
 #include "data/tasks.h"
 #include "eval/model_backend.h"
-#include "explain/explain.h"
 #include "model/load.h"
 #include "model/model.h"
 
@@ -72,7 +73,8 @@ TEST(GateMeasures, ProfileIsMassOverUniformShare) {
   auto p = gate_profile(one_hot(8, {3, 3}), 8);
   for (int r = 0; r < 8; ++r) EXPECT_DOUBLE_EQ(p[size_t(r)], r == 3 ? 8.0 : 0.0);
   std::vector<std::vector<double>> uni(3, std::vector<double>(16, 1.0 / 16));
-  for (double g : gate_profile(uni, 8)) EXPECT_NEAR(g, 1.0, 1e-12);  // W = 2S: offsets i and i + S share phase i
+  for (double g : gate_profile(uni, 8))
+    EXPECT_NEAR(g, 1.0, 1e-12);  // W = 2S: offsets i and i + S share phase i
   auto q = gate_profile(one_hot(16, {11}), 8);
   EXPECT_DOUBLE_EQ(q[3], 8.0);
 }
@@ -192,7 +194,8 @@ TEST(Explain, GateCyclingRoundTripIsExact) {
   {
     size_t j = 0;
     for (const auto& item : m->named_parameters()) {
-      if (item.key().find("payload") != std::string::npos) EXPECT_TRUE(torch::equal(item.value(), before[j])) << item.key();
+      if (item.key().find("payload") != std::string::npos)
+        EXPECT_TRUE(torch::equal(item.value(), before[j])) << item.key();
       ++j;
     }
   }

@@ -37,7 +37,8 @@ class WordTokenizer {
     size_t i = 0;
     while (i < s.size()) {
       size_t j = i;
-      if (s[j] == ' ' && j + 1 < s.size() && s[j + 1] != ' ' && s[j + 1] != '\n') ++j;  // a leading space joins
+      if (s[j] == ' ' && j + 1 < s.size() && s[j + 1] != ' ' && s[j + 1] != '\n')
+        ++j;  // a leading space joins
       if (std::isalpha(static_cast<unsigned char>(s[j]))) {
         while (j < s.size() && std::isalpha(static_cast<unsigned char>(s[j]))) ++j;
       } else if (std::isdigit(static_cast<unsigned char>(s[j]))) {  // up to 3 digits, as GPT-4-style regexes
@@ -115,15 +116,15 @@ struct Server {
   std::function<bool(const httplib::Request&, httplib::Response&)> fault;
   std::string format = "vllm";  // vllm | serve | text | llama
   std::string model_name = "fake-model";
-  int64_t max_model_len = 0;     // listed in /v1/models when > 0
-  int usage_delta = 0;           // added to usage.prompt_tokens (a server that counts differently)
+  int64_t max_model_len = 0;  // listed in /v1/models when > 0
+  int usage_delta = 0;        // added to usage.prompt_tokens (a server that counts differently)
   bool usage = true;
-  bool instant = false;          // skip the model and the tokenizer: a canned reply (the benchmark)
+  bool instant = false;  // skip the model and the tokenizer: a canned reply (the benchmark)
 
   WordTokenizer tok;
   std::atomic<int64_t> completions{0}, tokenizes{0}, max_prompt_seen{0};
   std::mutex mu;
-  std::vector<std::string> auth;  // Authorization headers seen
+  std::vector<std::string> auth;            // Authorization headers seen
   std::map<std::string, int> prompts_seen;  // prompt hash -> count (completions)
 
   httplib::Server srv;
@@ -137,8 +138,10 @@ struct Server {
     srv.set_keep_alive_max_count(1000000);
     srv.set_keep_alive_timeout(5);
     srv.set_tcp_nodelay(true);
-    srv.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, false); });
-    srv.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, true); });
+    srv.Post("/v1/completions",
+             [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, false); });
+    srv.Post("/v1/chat/completions",
+             [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, true); });
     srv.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r); });
     srv.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { detokenize(q, r); });
     srv.Post("/apply-template", [this](const httplib::Request& q, httplib::Response& r) {
@@ -173,7 +176,8 @@ struct Server {
   // the chat template: "<|user|>\n" + content + "\n<|assistant|>\n" after BOS
   std::string templated(const nlohmann::json& messages) {
     std::string s;
-    for (const auto& m : messages) s += "<|" + m["role"].get<std::string>() + "|>\n" + m["content"].get<std::string>() + "\n";
+    for (const auto& m : messages)
+      s += "<|" + m["role"].get<std::string>() + "|>\n" + m["content"].get<std::string>() + "\n";
     return s + "<|assistant|>\n";
   }
 
@@ -193,7 +197,9 @@ struct Server {
     if (j.contains("messages")) {  // vLLM chat form
       std::vector<int> t{kBos};
       for (int id : tok.encode(templated(j["messages"]))) t.push_back(id);
-      r.set_content(nlohmann::json{{"tokens", t}, {"count", t.size()}, {"max_model_len", max_model_len}}.dump(), "application/json");
+      r.set_content(
+          nlohmann::json{{"tokens", t}, {"count", t.size()}, {"max_model_len", max_model_len}}.dump(),
+          "application/json");
       return;
     }
     const bool vllm = j.contains("prompt");
@@ -219,10 +225,13 @@ struct Server {
     if (faulted(q, r)) return;
     auto j = nlohmann::json::parse(q.body);
     const std::string text = tok.decode(j["tokens"].get<std::vector<int>>());
-    r.set_content(nlohmann::json{{j.contains("model") ? "prompt" : "content", text}}.dump(), "application/json");
+    r.set_content(nlohmann::json{{j.contains("model") ? "prompt" : "content", text}}.dump(),
+                  "application/json");
   }
 
-  std::string tok_str(int id, bool as_ids) { return as_ids ? "token_id:" + std::to_string(id) : tok.decode({id}); }
+  std::string tok_str(int id, bool as_ids) {
+    return as_ids ? "token_id:" + std::to_string(id) : tok.decode({id});
+  }
 
   void handle(const httplib::Request& q, httplib::Response& r, bool chat) {
     ++completions;
@@ -232,9 +241,12 @@ struct Server {
       int64_t n = 1;
       for (size_t i = a; i < b; ++i) n += q.body[i] == ',';
       r.set_content(
-          "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" x\",\"logprobs\":{\"tokens\":[\"token_id:7\"],"
-          "\"token_logprobs\":[-0.05],\"top_logprobs\":[{\"token_id:7\":-0.05,\"token_id:1\":-3.5}]},\"finish_reason\":\"length\"}],"
-          "\"usage\":{\"prompt_tokens\":" + std::to_string(n) + ",\"completion_tokens\":1,\"total_tokens\":" + std::to_string(n + 1) + "}}",
+          "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" "
+          "x\",\"logprobs\":{\"tokens\":[\"token_id:7\"],"
+          "\"token_logprobs\":[-0.05],\"top_logprobs\":[{\"token_id:7\":-0.05,\"token_id:1\":-3.5}]},"
+          "\"finish_reason\":\"length\"}],"
+          "\"usage\":{\"prompt_tokens\":" +
+              std::to_string(n) + ",\"completion_tokens\":1,\"total_tokens\":" + std::to_string(n + 1) + "}}",
           "application/json");
       return;
     }
@@ -256,7 +268,8 @@ struct Server {
       prompts_seen[std::to_string(h)]++;
     }
     int64_t seen = max_prompt_seen.load();
-    while (static_cast<int64_t>(prompt.size()) > seen && !max_prompt_seen.compare_exchange_weak(seen, prompt.size())) {
+    while (static_cast<int64_t>(prompt.size()) > seen &&
+           !max_prompt_seen.compare_exchange_weak(seen, prompt.size())) {
     }
     if (max_model_len > 0 && static_cast<int64_t>(prompt.size()) + 1 > max_model_len) {
       r.status = 400;
@@ -282,11 +295,14 @@ struct Server {
         if (format == "llama") a["id"] = id;
         alts.push_back(a);
       }
-      nlohmann::json e = {{"token", tok_str(pred, as_ids)}, {"logprob", d.empty() ? 0.0 : d[0].second}, {"top_logprobs", alts}};
+      nlohmann::json e = {{"token", tok_str(pred, as_ids)},
+                          {"logprob", d.empty() ? 0.0 : d[0].second},
+                          {"top_logprobs", alts}};
       if (format == "llama") e["id"] = pred;
       choice["logprobs"] = {{"content", {e}}};
     } else {
-      nlohmann::json toks = nlohmann::json::array(), lps = nlohmann::json::array(), tops = nlohmann::json::array();
+      nlohmann::json toks = nlohmann::json::array(), lps = nlohmann::json::array(),
+                     tops = nlohmann::json::array();
       if (echo) {  // prompt positions: only the last one carries a distribution (what the tests read)
         for (size_t p = 0; p < prompt.size(); ++p) {
           toks.push_back(tok_str(prompt[p], as_ids));
@@ -315,7 +331,9 @@ struct Server {
       tops.push_back(top);
       choice["logprobs"] = {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}};
     }
-    nlohmann::json out = {{"object", chat ? "chat.completion" : "text_completion"}, {"model", model_name}, {"choices", {choice}}};
+    nlohmann::json out = {{"object", chat ? "chat.completion" : "text_completion"},
+                          {"model", model_name},
+                          {"choices", {choice}}};
     if (usage) {
       const int64_t n = static_cast<int64_t>(prompt.size()) + usage_delta;
       out["usage"] = {{"prompt_tokens", n}, {"completion_tokens", 1}, {"total_tokens", n + 1}};

@@ -43,7 +43,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::string temp_dir(const std::string& name) {
   std::string tmpl = (fs::temp_directory_path() / ("phasescope-" + name + "-XXXXXX")).string();
@@ -120,7 +122,7 @@ TEST(HttpUnits, RetryAfterAndBackoff) {
   o.backoff_max_s = 1;
   EXPECT_DOUBLE_EQ(http_backoff_seconds(o, 0, 1.0), 0.25);
   EXPECT_DOUBLE_EQ(http_backoff_seconds(o, 1, 1.0), 0.5);
-  EXPECT_DOUBLE_EQ(http_backoff_seconds(o, 5, 1.0), 1.0);  // capped
+  EXPECT_DOUBLE_EQ(http_backoff_seconds(o, 5, 1.0), 1.0);   // capped
   EXPECT_DOUBLE_EQ(http_backoff_seconds(o, 1, 0.0), 0.25);  // half of it jittered
 }
 
@@ -260,7 +262,8 @@ TEST(HttpBackendTest, SlowRepliesTimeOutAndAreRetried) {
   std::atomic<int> n{0};
   std::atomic<bool> always{false};
   s.fault = [&](const httplib::Request& q, httplib::Response&) {
-    if (q.path == "/v1/completions" && (always || n++ == 0)) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    if (q.path == "/v1/completions" && (always || n++ == 0))
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
     return false;  // then answer normally (too late for the client)
   };
   HttpOptions o = fast({s.url()}, 0.25, 2);
@@ -391,7 +394,8 @@ TEST(HttpBackendTest, RequestsSpreadOverEndpointsAndAFailingOneRests) {
   OpenAIOptions o2 = api();
   o2.bos_id = fake::kBos;
   HttpBackend b2(pool2, o2, nullptr);  // token ids in, token ids out (vLLM's token_id:N)
-  const std::vector<ScoreResult> r2 = b2.score(std::vector<ScoreRequest>(60, ScoreRequest{p.tokens, p.answer}));
+  const std::vector<ScoreResult> r2 =
+      b2.score(std::vector<ScoreRequest>(60, ScoreRequest{p.tokens, p.answer}));
   for (const ScoreResult& x : r2) EXPECT_EQ(x.error, "");
   EXPECT_GE(d.completions.load(), 20);
   EXPECT_GE(e.completions.load(), 20);
@@ -440,7 +444,8 @@ TEST(ServerTokenizerTest, LlamaAndVllmShapes) {
   EXPECT_EQ(llama.bos_id(), fake::kBos);
   EXPECT_EQ(vllm.decode(t), text);
   EXPECT_EQ(llama.decode(t), text);
-  EXPECT_EQ(vllm.encode_many({"a b", "c"}), (std::vector<std::vector<int>>{llama.encode("a b"), llama.encode("c")}));
+  EXPECT_EQ(vllm.encode_many({"a b", "c"}),
+            (std::vector<std::vector<int>>{llama.encode("a b"), llama.encode("c")}));
 }
 
 TEST(HttpBackendTest, ChatCompletionsMeasureTheTemplateOffset) {
@@ -469,7 +474,8 @@ void plant_needle_pattern(fake::Server& s, std::set<int> bad, int key_and_sep_to
     int64_t q = -1;
     const int p = fake::induction_next(t, &q);
     if (p < 0) return fake::Dist{{fake::kBos, -0.1}};
-    if (bad.count(static_cast<int>((q - key_and_sep_tokens) % 8))) return fake::Dist{{fake::kBos, -0.2}, {p, -1.7}};
+    if (bad.count(static_cast<int>((q - key_and_sep_tokens) % 8)))
+      return fake::Dist{{fake::kBos, -0.2}, {p, -1.7}};
     return fake::Dist{{p, -0.05}, {fake::kBos, -3.5}};
   };
 }
@@ -486,7 +492,8 @@ TEST(NeedleProbe, RecoversAPlantedPhasePatternExactly) {
   HttpBackend b(pool, api(), &ts);
   NeedleSpec spec;
   spec.context = 600;
-  spec.samples_per_group = 16;  // 8 leaves the groups' SDs ~1 token apart (lattice rounding), over the tolerance
+  spec.samples_per_group =
+      16;  // 8 leaves the groups' SDs ~1 token apart (lattice rounding), over the tolerance
   const NeedleDesign d = needle_build(spec, ts, nullptr);
   EXPECT_EQ(d.record_tokens, 4);  // "apple" ":" " pear" "\n"
   EXPECT_LE(d.mean_range, spec.tol_mean);
@@ -549,7 +556,8 @@ TEST(NeedleProbe, MultiTokenValuesAreTeacherForced) {
   spec.context = 400;
   spec.samples_per_group = 16;
   spec.value_tokens = 2;
-  spec.values = {" big cat", " red fox", " old owl", " wet dog", " hot tea", " dry sand", " one", " cold ice"};
+  spec.values = {" big cat", " red fox",  " old owl", " wet dog",
+                 " hot tea", " dry sand", " one",     " cold ice"};
   const NeedleDesign d = needle_build(spec, ts, nullptr);
   EXPECT_EQ(d.record_tokens, 5);
   EXPECT_EQ(d.vocab.values.size(), 7u);  // " one" has one token: left out
@@ -575,7 +583,8 @@ TEST(FlipProbe, FindsThePlantedPeriodOnTheFp8Template) {
   s.model = [=](const std::vector<int>& t) {
     if (t.empty() || t.back() != fp) return fake::Dist{{fake::kBos, -0.1}};
     const bool eight_wins = t.size() % 4 <= 1;
-    return eight_wins ? fake::Dist{{eight, -0.2}, {thirty_two, -1.8}} : fake::Dist{{thirty_two, -0.3}, {eight, -1.5}};
+    return eight_wins ? fake::Dist{{eight, -0.2}, {thirty_two, -1.8}}
+                      : fake::Dist{{thirty_two, -0.3}, {eight, -1.5}};
   };
   HttpPool pool(fast({s.url()}));
   ServerTokenizer ts(pool, "fake-model");
@@ -711,16 +720,37 @@ TEST(ProbeCli, ResumeAfterKillLosesNothingAndDuplicatesNothing) {
     return false;
   };
   const std::string out = temp_dir("cli");
-  const std::vector<std::string> args = {PHASESCOPE_CLI, "probe", "needle", "--base-url", s.url(), "--model",
-                                         "fake-model", "--context", "400", "--samples-per-group", "16",
-                                         "--concurrency", "2", "--batch", "8", "--retries", "0", "--timeout-s", "5",
-                                         "--bootstrap", "50", "--no-report", "--out", out};
+  const std::vector<std::string> args = {PHASESCOPE_CLI,
+                                         "probe",
+                                         "needle",
+                                         "--base-url",
+                                         s.url(),
+                                         "--model",
+                                         "fake-model",
+                                         "--context",
+                                         "400",
+                                         "--samples-per-group",
+                                         "16",
+                                         "--concurrency",
+                                         "2",
+                                         "--batch",
+                                         "8",
+                                         "--retries",
+                                         "0",
+                                         "--timeout-s",
+                                         "5",
+                                         "--bootstrap",
+                                         "50",
+                                         "--no-report",
+                                         "--out",
+                                         out};
   const std::string journal = out + "/journal.jsonl";
 
   // run 1: killed with SIGKILL once a few batches are journaled
   const pid_t pid = spawn(args, out + "/run1.log");
   const auto t0 = Clock::now();
-  while (count_lines(journal) < 24 && seconds_since(t0) < 60) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  while (count_lines(journal) < 24 && seconds_since(t0) < 60)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -739,7 +769,9 @@ TEST(ProbeCli, ResumeAfterKillLosesNothingAndDuplicatesNothing) {
   ::waitpid(pid2, &status, 0);
   const std::string log2 = slurp(out + "/run2.log");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log2;
-  EXPECT_NE(log2.find(std::to_string(first.lines - first.error_lines) + " already journaled"), std::string::npos) << log2;
+  EXPECT_NE(log2.find(std::to_string(first.lines - first.error_lines) + " already journaled"),
+            std::string::npos)
+      << log2;
 
   // every sample exactly once with an answer; failed ones were retried; nothing scored twice
   std::map<int64_t, int> scored_lines;
@@ -752,7 +784,8 @@ TEST(ProbeCli, ResumeAfterKillLosesNothingAndDuplicatesNothing) {
   }
   EXPECT_EQ(scored_lines.size(), 128u);
   for (const auto& [id, k] : scored_lines) EXPECT_EQ(k, 1) << "sample " << id;
-  for (int64_t id : failed_first) EXPECT_EQ(scored_lines.count(id), 1u) << "failed sample " << id << " not retried";
+  for (int64_t id : failed_first)
+    EXPECT_EQ(scored_lines.count(id), 1u) << "failed sample " << id << " not retried";
   const JournalLoad final_load = journal_load(journal);
   EXPECT_EQ(final_load.duplicate_lines, 0);
   EXPECT_TRUE(fs::exists(out + "/results.json"));

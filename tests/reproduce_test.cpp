@@ -1,13 +1,13 @@
 // reproduce_test.cpp — the main job end to end at toy size (`reproduce --quick`, one model): it trains,
 // evaluates both protocols, runs explain, and writes one report with an explain section per model;
 // a second run reuses the checkpoint and the journals (nothing retrained, nothing rescored).
+#include "jobs/reproduce.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include "jobs/reproduce.h"
 
 using namespace phasescope;
 namespace fs = std::filesystem;

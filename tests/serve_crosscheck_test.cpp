@@ -191,7 +191,8 @@ TEST(ServeCrossCheck, HttpBackendMatchesInProcess) {
   const std::string dir_local = ts::temp_dir("xcheck2-local"), dir_http = ts::temp_dir("xcheck2-http");
   const EvalResults a = run_eval(local, o, dir_local);
   const EvalResults b = run_eval(http, o, dir_http);
-  const JournalLoad ja = journal_load(dir_local + "/journal.jsonl"), jb = journal_load(dir_http + "/journal.jsonl");
+  const JournalLoad ja = journal_load(dir_local + "/journal.jsonl"),
+                    jb = journal_load(dir_http + "/journal.jsonl");
   ASSERT_EQ(jb.records.size(), ja.records.size());
   std::map<int64_t, const JournalRecord*> by_id;
   for (const JournalRecord& r : jb.records) by_id[r.id] = &r;

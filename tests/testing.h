@@ -20,7 +20,8 @@ namespace testutil {
 
 // A fresh empty folder under the system temp dir, named after the test and this process.
 inline std::string tmp_dir(const std::string& name) {
-  const auto d = std::filesystem::temp_directory_path() / ("phasescope_test_" + name + "_" + std::to_string(::getpid()));
+  const auto d =
+      std::filesystem::temp_directory_path() / ("phasescope_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();

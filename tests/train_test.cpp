@@ -2,9 +2,8 @@
 // runs a forward pass; the tasks record true key positions; a short run's loss falls; N + resume
 // + M steps equals N + M straight, bit for bit; a damaged or truncated checkpoint is refused with
 // a clear error; a NaN loss stops the run and keeps the last good checkpoint.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,8 +11,8 @@
 #include "core/check.h"
 #include "data/tasks.h"
 #include "model/checkpoint.h"
-#include "model/model.h"
 #include "model/load.h"
+#include "model/model.h"
 #include "testing.h"
 #include "train/trainer.h"
 
@@ -108,7 +107,8 @@ TEST(Tasks, ExamplesRecordTrueKeyPositionsAndFillTheSequence) {
   }
   // different fillers put the target key at many phases
   std::set<int64_t> phases;
-  for (int i = 0; i < 64; ++i) phases.insert(lookup_train_example(c, v, c.n_records, rng).query_key_pos.back() % 8);
+  for (int i = 0; i < 64; ++i)
+    phases.insert(lookup_train_example(c, v, c.n_records, rng).query_key_pos.back() % 8);
   EXPECT_EQ(phases.size(), 8u);
 }
 
@@ -140,7 +140,8 @@ TEST(Tasks, RepeatedSegmentRowsAreInductionExamples) {
       const int64_t qp = e.query_pos[q], kp = e.query_key_pos[q];
       EXPECT_LT(kp, qp);
       EXPECT_EQ(e.tokens[size_t(qp)], e.tokens[size_t(kp)]);
-      EXPECT_EQ(e.targets[size_t(qp)], e.tokens[size_t(kp + 1)]) << "the answer is the token after the first occurrence";
+      EXPECT_EQ(e.targets[size_t(qp)], e.tokens[size_t(kp + 1)])
+          << "the answer is the token after the first occurrence";
       EXPECT_EQ(e.tokens[size_t(qp + 1)], e.targets[size_t(qp)]);
     }
   }
@@ -169,16 +170,17 @@ TEST(Tasks, LengthCurriculumShortensRowsThenReachesTheFullTask) {
   c.repeat_ratio = 0.5;
   TaskConfig s0 = curriculum_task(c, 0), mid = curriculum_task(c, 450), end = curriculum_task(c, 900);
   EXPECT_EQ(s0.n_records, 4);
-  EXPECT_EQ(s0.seq_len, 32);                                   // 256 * 4 / 64 = 16, raised to the floor of 32
+  EXPECT_EQ(s0.seq_len, 32);  // 256 * 4 / 64 = 16, raised to the floor of 32
   EXPECT_EQ(mid.n_records, 34);
-  EXPECT_EQ(mid.seq_len, 136);                                 // records need 2 + 2 * 34 + 2 * 16 = 102 < 256 * 34 / 64
+  EXPECT_EQ(mid.seq_len, 136);  // records need 2 + 2 * 34 + 2 * 16 = 102 < 256 * 34 / 64
   EXPECT_EQ(end.seq_len, 256);
   EXPECT_EQ(end.n_records, 64);
-  EXPECT_EQ(curriculum_task(c, 899).seq_len, 252);             // 63 records
+  EXPECT_EQ(curriculum_task(c, 899).seq_len, 252);  // 63 records
   // every row of a step has the stage's length, lookup and repeated rows alike
   TaskStream st(c, 3);
   for (int64_t step : {0, 100, 450, 899, 900, 5000})
-    for (int i = 0; i < 20; ++i) EXPECT_EQ(int(st.next(step).tokens.size()), curriculum_task(c, step).seq_len) << step;
+    for (int i = 0; i < 20; ++i)
+      EXPECT_EQ(int(st.next(step).tokens.size()), curriculum_task(c, step).seq_len) << step;
   // mqar: pairs shrink in proportion (at least 2), and the rows still fit
   c.task = "mqar";
   c.mqar_pairs = 32;
@@ -229,7 +231,8 @@ TEST(Tasks, MixRowsShareTheStepLengthAndTrain) {
 TEST(Training, ScoredRowLossEqualsTheDenseLoss) {
   // fast paths (full, chunked with scalar or vector gates, several KV heads, an MLP) and fallbacks
   // (DeepSeek layers, an uncompressed tail)
-  for (const std::string name : {"w8s8-1kv", "full-1kv", "deepseek-style", "w8s8-8kv", "dsv4-csa", "uncompressed-tail"}) {
+  for (const std::string name :
+       {"w8s8-1kv", "full-1kv", "deepseek-style", "w8s8-8kv", "dsv4-csa", "uncompressed-tail"}) {
     Preset p = tiny(name);
     if (name == "w8s8-8kv") p.model.mlp_hidden = 24;
     p.model.vocab_size = task_vocab(p.task).size();
@@ -256,8 +259,12 @@ TEST(Training, ScoredRowLossEqualsTheDenseLoss) {
     size_t i = 0;
     for (auto& q : m->parameters()) {
       const bool has = g_dense[i].defined() && g_dense[i].abs().sum().item<double>() > 0;
-      if (has) EXPECT_TRUE(q.grad().defined() && torch::allclose(q.grad(), g_dense[i], 1e-4, 1e-6)) << name << " parameter " << i;
-      else EXPECT_TRUE(!q.grad().defined() || q.grad().abs().sum().item<double>() == 0) << name << " parameter " << i;
+      if (has)
+        EXPECT_TRUE(q.grad().defined() && torch::allclose(q.grad(), g_dense[i], 1e-4, 1e-6))
+            << name << " parameter " << i;
+      else
+        EXPECT_TRUE(!q.grad().defined() || q.grad().abs().sum().item<double>() == 0)
+            << name << " parameter " << i;
       ++i;
     }
     // every row, early positions included (window clipped at the start), and a non-zero pos0
@@ -267,12 +274,15 @@ TEST(Training, ScoredRowLossEqualsTheDenseLoss) {
       auto dense_rows = m->attention(0)->forward(x, pos0).reshape({-1, p.model.d_model});
       // the first 10 positions of both sequences (a quarter of the rows: still the row path)
       auto early = torch::cat({torch::arange(10, torch::kInt64), torch::arange(40, 50, torch::kInt64)});
-      EXPECT_TRUE(torch::allclose(m->attention(0)->forward_rows(x, pos0, early), dense_rows.index_select(0, early), 1e-4, 1e-5))
+      EXPECT_TRUE(torch::allclose(m->attention(0)->forward_rows(x, pos0, early),
+                                  dense_rows.index_select(0, early), 1e-4, 1e-5))
           << name << " pos0 " << pos0;
       auto all = torch::arange(2 * 40, torch::kInt64);  // many rows: computed densely and gathered
-      EXPECT_TRUE(torch::allclose(m->attention(0)->forward_rows(x, pos0, all), dense_rows, 1e-4, 1e-5)) << name << " pos0 " << pos0;
+      EXPECT_TRUE(torch::allclose(m->attention(0)->forward_rows(x, pos0, all), dense_rows, 1e-4, 1e-5))
+          << name << " pos0 " << pos0;
       auto some = torch::tensor({0, 3, 39, 41, 77}, torch::kInt64);
-      EXPECT_TRUE(torch::allclose(m->attention(0)->forward_rows(x, pos0, some), dense_rows.index_select(0, some), 1e-4, 1e-5))
+      EXPECT_TRUE(torch::allclose(m->attention(0)->forward_rows(x, pos0, some),
+                                  dense_rows.index_select(0, some), 1e-4, 1e-5))
           << name << " pos0 " << pos0;
     }
   }
@@ -300,12 +310,14 @@ TEST(Training, ShortRunLossFalls) {
   p.train.log_every = 1;
   o.log = [&](const std::string& line) {
     auto k = line.find(" loss ");
-    if (k != std::string::npos && line.find("held-out") == std::string::npos) losses.push_back(std::stod(line.substr(k + 6)));
+    if (k != std::string::npos && line.find("held-out") == std::string::npos)
+      losses.push_back(std::stod(line.substr(k + 6)));
   };
   TrainResult r = train_run(p, o);
   ASSERT_EQ(losses.size(), 40u);
   double first = 0, last = 0;
-  for (int i = 0; i < 5; ++i) first += losses[size_t(i)] / 5, last += losses[losses.size() - 1 - size_t(i)] / 5;
+  for (int i = 0; i < 5; ++i)
+    first += losses[size_t(i)] / 5, last += losses[losses.size() - 1 - size_t(i)] / 5;
   EXPECT_LT(last, first - 0.5) << "first 5 steps " << first << ", last 5 steps " << last;
   EXPECT_EQ(r.step, 40);
   EXPECT_TRUE(fs::exists(checkpoint_path(o.out_dir)));
@@ -320,11 +332,11 @@ TEST(Training, ResumeIsExactlyTheStraightRun) {
       p.task.repeat_ratio = 0.5;
     }
     const std::string straight = tmp_dir("straight"), staged = tmp_dir("staged");
-    train_run(p, quiet(straight));                          // 12 steps
+    train_run(p, quiet(straight));  // 12 steps
     TrainOptions first = quiet(staged);
-    first.stop_after = 5;                                   // 5 steps (checkpoint at 4 and 5)
+    first.stop_after = 5;  // 5 steps (checkpoint at 4 and 5)
     EXPECT_EQ(train_run(p, first).step, 5);
-    TrainResult rest = train_run(p, quiet(staged));         // resume: 7 more
+    TrainResult rest = train_run(p, quiet(staged));  // resume: 7 more
     EXPECT_TRUE(rest.resumed);
     EXPECT_EQ(rest.step, 12);
     LoadedModel a = model_load(straight), b = model_load(staged);
@@ -408,9 +420,9 @@ namespace phasescope {
 namespace {
 
 // Golden numbers (the llm.c habit): the first 10 training losses of the tiny w8s8-1kv preset, seed
-// 42, one thread (ctest sets PHASESCOPE_THREADS=1), as logged (4 decimals), pinned to 2e-4. A change in initialization, data,
-// attention numerics or the optimizer shows here as a number, not as a vague drift elsewhere. If a
-// change is meant to move them, rerun this test and paste the printed values with the reason.
+// 42, one thread (ctest sets PHASESCOPE_THREADS=1), as logged (4 decimals), pinned to 2e-4. A change in
+// initialization, data, attention numerics or the optimizer shows here as a number, not as a vague drift
+// elsewhere. If a change is meant to move them, rerun this test and paste the printed values with the reason.
 TEST(Training, FirstTenLossesAreGolden) {
   Preset p = tiny("w8s8-1kv");
   p.train.steps = 10;
@@ -420,15 +432,18 @@ TEST(Training, FirstTenLossesAreGolden) {
   TrainOptions o = quiet(tmp_dir("golden"));
   o.log = [&](const std::string& line) {
     auto k = line.find(" loss ");
-    if (k != std::string::npos && line.find("held-out") == std::string::npos) losses.push_back(std::stod(line.substr(k + 6)));
+    if (k != std::string::npos && line.find("held-out") == std::string::npos)
+      losses.push_back(std::stod(line.substr(k + 6)));
   };
   train_run(p, o);
   ASSERT_EQ(losses.size(), 10u);
   std::string got;
   for (double l : losses) got += fmt::format("{:.4f}, ", l);
-  const std::vector<double> golden = {6.2966, 6.2553, 6.2742, 6.2913, 6.2746, 6.2539, 6.2790, 6.2602, 6.2934, 6.2937};
+  const std::vector<double> golden = {6.2966, 6.2553, 6.2742, 6.2913, 6.2746,
+                                      6.2539, 6.2790, 6.2602, 6.2934, 6.2937};
   ASSERT_EQ(golden.size(), 10u) << "measured: " << got;
-  for (size_t i = 0; i < 10; ++i) EXPECT_NEAR(losses[i], golden[i], 2e-4) << "step " << i + 1 << "; measured: " << got;
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_NEAR(losses[i], golden[i], 2e-4) << "step " << i + 1 << "; measured: " << got;
 }
 
 }  // namespace

@@ -9,10 +9,9 @@
 // and must match: out within 1e-10 (fp64) / 1e-5 (fp32), kv_compressed likewise, index_topk equal
 // up to exact score ties. Also: every FP8 code, the bytes a one-layer load reads, the gate profile,
 // and the errors a user meets.
+#include "model/v4_checkpoint.h"
+
 #include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,11 +19,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "explain/v4_gates.h"
 #include "model/safetensors_file.h"
-#include "model/v4_checkpoint.h"
 #include "testing.h"
 
 namespace phasescope {
@@ -81,8 +80,8 @@ TEST(V4Fp8, E8M0ScalesArePowersOfTwo) {
 TEST(V4Fp8, BlockScalesApplyPerBlock) {
   V4Checkpoint ck = v4_open(kDir + "/official");
   SafetensorsFile f = safetensors_open(kDir + "/official/model0-mp1.safetensors");
-  auto codes = safetensors_read(f, "layers.0.attn.wq_b.weight", torch::kFloat64);   // decoded codes [256, 48]
-  auto scale = safetensors_read(f, "layers.0.attn.wq_b.scale", torch::kFloat64);    // [2, 1]
+  auto codes = safetensors_read(f, "layers.0.attn.wq_b.weight", torch::kFloat64);  // decoded codes [256, 48]
+  auto scale = safetensors_read(f, "layers.0.attn.wq_b.scale", torch::kFloat64);   // [2, 1]
   ASSERT_EQ(scale.size(0), 2);
   auto w = v4_read(ck, "layers.0.attn.wq_b.weight", torch::kFloat64);
   EXPECT_EQ(max_abs_diff(w.narrow(0, 0, 128), codes.narrow(0, 0, 128) * scale[0][0]), 0.0);
@@ -103,8 +102,8 @@ class V4Conformance : public ::testing::TestWithParam<Case> {};
 // Every selected entry of ours has the score of the reference's pick in the same rank: the two
 // selections differ at most by entries of exactly equal score (zeros are common: every head's ReLU
 // can be 0). Picks are in selection order (score descending, ties to the smaller index), -1 padded.
-void expect_topk_tie_equal(const torch::Tensor& ours, const torch::Tensor& ref, const torch::Tensor& score, double tol,
-                           int* exact_rows, int* tie_rows) {
+void expect_topk_tie_equal(const torch::Tensor& ours, const torch::Tensor& ref, const torch::Tensor& score,
+                           double tol, int* exact_rows, int* tie_rows) {
   ASSERT_EQ(ours.sizes(), ref.sizes());
   auto o = ours.accessor<int64_t, 3>();
   auto r = ref.accessor<int64_t, 3>();
@@ -115,8 +114,10 @@ void expect_topk_tie_equal(const torch::Tensor& ours, const torch::Tensor& ref, 
       for (int64_t i = 0; i < ours.size(2); ++i) {
         if (o[b][t][i] == r[b][t][i]) continue;
         same = false;
-        ASSERT_TRUE(o[b][t][i] >= 0 && r[b][t][i] >= 0) << "b " << b << " t " << t << ": different pick counts";
-        EXPECT_NEAR(s[b][t][o[b][t][i]], s[b][t][r[b][t][i]], tol) << "b " << b << " t " << t << " rank " << i;
+        ASSERT_TRUE(o[b][t][i] >= 0 && r[b][t][i] >= 0)
+            << "b " << b << " t " << t << ": different pick counts";
+        EXPECT_NEAR(s[b][t][o[b][t][i]], s[b][t][r[b][t][i]], tol)
+            << "b " << b << " t " << t << " rank " << i;
       }
       (same ? *exact_rows : *tie_rows) += 1;
     }
@@ -134,8 +135,8 @@ TEST_P(V4Conformance, EveryLayerMatchesTheReference) {
     V4LayerOutput r = v4_layer_run(attn, x);
     const double out_err = max_abs_diff(r.out, read_tensor(expected, "out", torch::kFloat64));
     EXPECT_LE(out_err, c.tol);
-    std::printf("  %-9s %s layer %d: max |out - ref| = %.3g", c.layout.c_str(), c.dtype == torch::kFloat64 ? "fp64" : "fp32",
-                layer, out_err);
+    std::printf("  %-9s %s layer %d: max |out - ref| = %.3g", c.layout.c_str(),
+                c.dtype == torch::kFloat64 ? "fp64" : "fp32", layer, out_err);
     if (layer == 0) {
       EXPECT_FALSE(r.kv_compressed.defined());
     } else {
@@ -158,18 +159,20 @@ TEST_P(V4Conformance, EveryLayerMatchesTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, V4Conformance,
-                         ::testing::Values(Case{"official", torch::kFloat64, 1e-10}, Case{"official", torch::kFloat32, 1e-5},
-                                           Case{"hf", torch::kFloat64, 1e-10}, Case{"hf", torch::kFloat32, 1e-5}),
-                         [](const auto& info) {
-                           return info.param.layout + (info.param.dtype == torch::kFloat64 ? "_fp64" : "_fp32");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, V4Conformance,
+    ::testing::Values(Case{"official", torch::kFloat64, 1e-10}, Case{"official", torch::kFloat32, 1e-5},
+                      Case{"hf", torch::kFloat64, 1e-10}, Case{"hf", torch::kFloat32, 1e-5}),
+    [](const auto& info) {
+      return info.param.layout + (info.param.dtype == torch::kFloat64 ? "_fp64" : "_fp32");
+    });
 
 // The config of each layer: kinds, YaRN only on compressed layers, indexer RoPE on rope_head_dim.
 TEST(V4Config, LayersMapOntoTheZoo) {
   V4Checkpoint ck = v4_open(kDir + "/hf");
   EXPECT_EQ(ck.config_style, "Hugging Face");
-  const AttnConfig l0 = v4_attn_config(ck.args, 0), l1 = v4_attn_config(ck.args, 1), l2 = v4_attn_config(ck.args, 2);
+  const AttnConfig l0 = v4_attn_config(ck.args, 0), l1 = v4_attn_config(ck.args, 1),
+                   l2 = v4_attn_config(ck.args, 2);
   EXPECT_EQ(l0.kind, AttnKind::DsWindow);
   EXPECT_EQ(l0.yarn_original_len, 0);
   EXPECT_EQ(l0.rope_theta, 10000.0);
@@ -302,7 +305,8 @@ using testutil::error_of;
 TEST(V4Errors, ClearMessages) {
   EXPECT_NE(error_of([] { v4_open("/nonexistent/dir"); }).find("is not a directory"), std::string::npos);
   V4Checkpoint ck = v4_open(kDir + "/official");
-  EXPECT_NE(error_of([&] { v4_attention_load(ck, 3, torch::kFloat32); }).find("layers 0..2"), std::string::npos);
+  EXPECT_NE(error_of([&] { v4_attention_load(ck, 3, torch::kFloat32); }).find("layers 0..2"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { v4_read(ck, "layers.9.attn.wq_a.weight", torch::kFloat32); }).find("no tensor"),
             std::string::npos);
 

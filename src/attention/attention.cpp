@@ -19,18 +19,18 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight.defined() ? y * weight : y;
 }
 
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, const std::vector<double>& inv_freq_v,
-                         int sign) {
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos,
+                         const std::vector<double>& inv_freq_v, int sign) {
   const int64_t half = int64_t(inv_freq_v.size()), dims = 2 * half, Dh = x.size(-1);
   if (dims == 0) return x;
   auto dopt = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
-  auto inv_freq = torch::tensor(inv_freq_v, dopt);                                         // [half]
-  auto ang = pos.to(dopt).unsqueeze(1) * inv_freq.unsqueeze(0) * double(sign);           // [T, half]
+  auto inv_freq = torch::tensor(inv_freq_v, dopt);                              // [half]
+  auto ang = pos.to(dopt).unsqueeze(1) * inv_freq.unsqueeze(0) * double(sign);  // [T, half]
   auto cos = ang.cos().to(x.dtype()).view({1, -1, 1, half});
   auto sin = ang.sin().to(x.dtype()).view({1, -1, 1, half});
-  auto rot = x.narrow(-1, Dh - dims, dims).unflatten(-1, {half, 2});                     // [B, T, h, half, 2]
+  auto rot = x.narrow(-1, Dh - dims, dims).unflatten(-1, {half, 2});  // [B, T, h, half, 2]
   auto a = rot.select(-1, 0), b = rot.select(-1, 1);
-  auto out = torch::stack({a * cos - b * sin, a * sin + b * cos}, -1).flatten(-2);         // [B, T, h, dims]
+  auto out = torch::stack({a * cos - b * sin, a * sin + b * cos}, -1).flatten(-2);  // [B, T, h, dims]
   if (dims == Dh) return out;
   return torch::cat({x.narrow(-1, 0, Dh - dims), out}, -1);
 }
@@ -53,19 +53,21 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& m
 // One softmax over the score parts joined on the last dim, each with its mask of allowed keys.
 // never_empty (every row allows at least one key): the fused softmax, one pass with a fused
 // backward; otherwise masked_softmax, which gives an empty row zeros.
-torch::Tensor joint_softmax(const std::vector<torch::Tensor>& parts, const std::vector<torch::Tensor>& masks, bool never_empty) {
+torch::Tensor joint_softmax(const std::vector<torch::Tensor>& parts, const std::vector<torch::Tensor>& masks,
+                            bool never_empty) {
   auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
   auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
   if (!never_empty) return masked_softmax(scores, allowed);
-  return torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+  return torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()),
+                        -1);
 }
 
 // How the raw (uncompressed) tokens are chosen for each query.
 struct LocalSpec {
-  int64_t block = 1;         // L: queries are processed in blocks of L against keys of this and the previous block
-  int64_t window = 0;        // w: keys with q - w < k <= q (0 = no raw tokens, unless tail)
-  bool all = false;          // full attention: every earlier token
-  torch::Tensor cover_end;   // tail mode: [T] int64, a raw key must have position > cover_end[q]
+  int64_t block = 1;   // L: queries are processed in blocks of L against keys of this and the previous block
+  int64_t window = 0;  // w: keys with q - w < k <= q (0 = no raw tokens, unless tail)
+  bool all = false;    // full attention: every earlier token
+  torch::Tensor cover_end;  // tail mode: [T] int64, a raw key must have position > cover_end[q]
 };
 
 // One joint softmax over raw tokens (block-local), compressed entries and the sink.
@@ -74,9 +76,10 @@ struct LocalSpec {
 //   entry_mask: [B, T, N] bool or undefined (indexer selection)
 //   sink: [H] or undefined. Returns [B, T, H, D].
 torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const torch::Tensor& kc, const torch::Tensor& vc, const torch::Tensor& entry_last,
-                              const torch::Tensor& entry_mask, const LocalSpec& local, const torch::Tensor& sink,
-                              int64_t pos0, AttnTrace* trace) {
+                              const torch::Tensor& kc, const torch::Tensor& vc,
+                              const torch::Tensor& entry_last, const torch::Tensor& entry_mask,
+                              const LocalSpec& local, const torch::Tensor& sink, int64_t pos0,
+                              AttnTrace* trace) {
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2), G = H / Hkv;
   const int64_t L = std::max<int64_t>(1, std::min(local.block, T));
   const int64_t nb = (T + L - 1) / L, Tp = nb * L, KB = nb > 1 ? 2 : 1;
@@ -90,12 +93,13 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
 
   // raw keys/values of the previous and current block: [B, Hkv, nb, KB*L, D]
   auto blocks = [&](const torch::Tensor& t) {
-    auto tp = torch::constant_pad_nd(t, {0, 0, 0, 0, 0, Tp - T});                   // [B, Tp, Hkv, D]
+    auto tp = torch::constant_pad_nd(t, {0, 0, 0, 0, 0, Tp - T});  // [B, Tp, Hkv, D]
     auto cur = tp.view({B, nb, L, Hkv, D});
     torch::Tensor kw = cur;
     if (KB == 2) {
-      auto prev = torch::constant_pad_nd(tp.narrow(1, 0, Tp - L), {0, 0, 0, 0, L, 0}).view({B, nb, L, Hkv, D});
-      kw = torch::cat({prev, cur}, 2);                                               // [B, nb, 2L, Hkv, D]
+      auto prev =
+          torch::constant_pad_nd(tp.narrow(1, 0, Tp - L), {0, 0, 0, 0, L, 0}).view({B, nb, L, Hkv, D});
+      kw = torch::cat({prev, cur}, 2);  // [B, nb, 2L, Hkv, D]
     }
     return kw.permute({0, 3, 1, 2, 4});
   };
@@ -103,12 +107,13 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   // products batch over (B, Hkv, nb) with the G heads' L queries stacked as rows: a few hundred
   // 64 x 32 products rather than thousands of 16 x 32 ones (libtorch's small-matrix bmm path
   // loops per batch and dominated the step)
-  auto qf = qb.reshape({B, Hkv, nb, G * L, D});                                       // [B, Hkv, nb, G*L, D]
+  auto qf = qb.reshape({B, Hkv, nb, G * L, D});  // [B, Hkv, nb, G*L, D]
   auto s_raw = (torch::matmul(qf, kw.transpose(-1, -2)) * scale).reshape({B, Hkv, nb, G, L, KB * L});
 
   // which raw key each query may see: [nb, L, KB*L] (broadcast over B, Hkv, G)
   auto qi = (torch::arange(nb, iopt).view({nb, 1, 1}) * L + torch::arange(L, iopt).view({1, L, 1}));
-  auto ki = (torch::arange(nb, iopt).view({nb, 1, 1}) - (KB - 1)) * L + torch::arange(KB * L, iopt).view({1, 1, KB * L});
+  auto ki = (torch::arange(nb, iopt).view({nb, 1, 1}) - (KB - 1)) * L +
+            torch::arange(KB * L, iopt).view({1, 1, KB * L});
   // padded queries (qi >= T, dropped at the end) keep their causal keys, so no row is empty
   auto raw_ok = (ki >= 0) & (ki <= qi);
   if (local.cover_end.defined()) {
@@ -118,15 +123,17 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
     raw_ok = raw_ok & (qi - ki < local.window);
   }
   std::vector<torch::Tensor> parts = {s_raw};
-  std::vector<torch::Tensor> masks = {raw_ok.view({1, 1, nb, 1, L, KB * L}).expand({B, Hkv, nb, G, L, KB * L})};
+  std::vector<torch::Tensor> masks = {
+      raw_ok.view({1, 1, nb, 1, L, KB * L}).expand({B, Hkv, nb, G, L, KB * L})};
 
   // compressed entries: scores [B, Hkv, nb, G, L, N], visible iff entry_last <= query position
   torch::Tensor vcb;
   if (N > 0) {  // every query block reads the same entries: one [nb*G*L, D] x [D, N] product per (B, Hkv)
-    auto kcb = kc.permute({0, 2, 3, 1});                                              // [B, Hkv, D, N]
-    vcb = vc.permute({0, 2, 1, 3});                                                   // [B, Hkv, N, D]
-    parts.push_back((torch::matmul(qf.reshape({B, Hkv, nb * G * L, D}), kcb) * scale).reshape({B, Hkv, nb, G, L, N}));
-    auto vis = entry_last.view({1, 1, N}) <= (qi + pos0);                            // [nb, L, N]
+    auto kcb = kc.permute({0, 2, 3, 1});  // [B, Hkv, D, N]
+    vcb = vc.permute({0, 2, 1, 3});       // [B, Hkv, N, D]
+    parts.push_back(
+        (torch::matmul(qf.reshape({B, Hkv, nb * G * L, D}), kcb) * scale).reshape({B, Hkv, nb, G, L, N}));
+    auto vis = entry_last.view({1, 1, N}) <= (qi + pos0);  // [nb, L, N]
     auto cm = vis.view({1, 1, nb, 1, L, N}).expand({B, Hkv, nb, G, L, N});
     if (entry_mask.defined()) {
       auto em = torch::constant_pad_nd(entry_mask.to(torch::kInt64), {0, 0, 0, Tp - T}).to(torch::kBool);
@@ -140,11 +147,13 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   }
   // a row can only be empty when the raw part may exclude the query itself (tail mode, window 0)
   // and there is no sink
-  auto p = joint_softmax(parts, masks, sink.defined() || local.all || (local.window >= 1 && !local.cover_end.defined()));
+  auto p = joint_softmax(parts, masks,
+                         sink.defined() || local.all || (local.window >= 1 && !local.cover_end.defined()));
   auto p_raw = p.narrow(-1, 0, KB * L);
   auto o = torch::matmul(p_raw.reshape({B, Hkv, nb, G * L, KB * L}), vw).reshape({B, Hkv, nb, G, L, D});
   if (N > 0)
-    o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb).reshape({B, Hkv, nb, G, L, D});
+    o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb)
+                .reshape({B, Hkv, nb, G, L, D});
 
   if (trace && trace->probs) {
     auto to_bhtx = [&](const torch::Tensor& t) {  // [B, Hkv, nb, G, L, X] -> [B, H, T, X]
@@ -152,7 +161,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
     };
     if (N > 0) trace->entry_prob = to_bhtx(p.narrow(-1, KB * L, N)).detach();
     auto dense = torch::zeros({B, H, T, T}, q.options());
-    auto pr = to_bhtx(p_raw).detach();                                                  // [B, H, T, KB*L]
+    auto pr = to_bhtx(p_raw).detach();                                             // [B, H, T, KB*L]
     auto kidx = ki.expand({nb, L, KB * L}).reshape({Tp, KB * L}).narrow(0, 0, T);  // key index per slot
     auto valid = (kidx >= 0) & (kidx < T);
     auto kclamped = kidx.clamp(0, T - 1).view({1, 1, T, KB * L}).expand({B, H, T, KB * L});
@@ -166,18 +175,20 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
 //   q: [N, H, D] at rows (flat b * T + t); k, v: [B, T, Hkv, D]; kc, vc: [B, Ne, Hkv, D] or undefined;
 //   entry_last [Ne]; sink [H] or undefined. Returns [N, H, D].
 torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& kc, const torch::Tensor& vc, const torch::Tensor& entry_last,
-                             const LocalSpec& local, const torch::Tensor& sink, int64_t pos0, const torch::Tensor& rows) {
-  const int64_t N = q.size(0), H = q.size(1), D = q.size(2), B = k.size(0), T = k.size(1), Hkv = k.size(2), G = H / Hkv;
+                             const torch::Tensor& kc, const torch::Tensor& vc,
+                             const torch::Tensor& entry_last, const LocalSpec& local,
+                             const torch::Tensor& sink, int64_t pos0, const torch::Tensor& rows) {
+  const int64_t N = q.size(0), H = q.size(1), D = q.size(2), B = k.size(0), T = k.size(1), Hkv = k.size(2),
+                G = H / Hkv;
   const double scale = 1.0 / std::sqrt(double(D));
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
-  auto b = rows.div(T, "floor"), t = rows.remainder(T);                                  // [N], [N]
+  auto b = rows.div(T, "floor"), t = rows.remainder(T);  // [N], [N]
   // raw keys: the whole sequence (full) or the w positions t-w+1 .. t (window), [N, K]
   const int64_t K = local.all ? T : std::min<int64_t>(local.window, T);
   auto idx = local.all ? torch::arange(T, iopt).view({1, T}).expand({N, T})
                        : t.view({N, 1}) - (K - 1) + torch::arange(K, iopt).view({1, K});
-  auto raw_ok = (idx >= 0) & (idx <= t.view({N, 1}));                                     // [N, K]
-  auto flat = (b.view({N, 1}) * T + idx.clamp(0, T - 1)).reshape({-1});                  // [N*K]
+  auto raw_ok = (idx >= 0) & (idx <= t.view({N, 1}));                    // [N, K]
+  auto flat = (b.view({N, 1}) * T + idx.clamp(0, T - 1)).reshape({-1});  // [N*K]
   auto kr = k.reshape({B * T, Hkv, D}).index_select(0, flat).view({N, K, Hkv, D});
   auto vr = v.reshape({B * T, Hkv, D}).index_select(0, flat).view({N, K, Hkv, D});
   auto qg = q.reshape({N, Hkv, G, D});
@@ -187,10 +198,10 @@ torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, con
   int64_t Ne = 0;
   if (kc.defined() && kc.size(1) > 0) {
     Ne = kc.size(1);
-    auto kcr = kc.index_select(0, b);                                                     // [N, Ne, Hkv, D]
-    vcr = vc.index_select(0, b).permute({0, 2, 1, 3});                                   // [N, Hkv, Ne, D]
-    parts.push_back(torch::matmul(qg, kcr.permute({0, 2, 3, 1})) * scale);               // [N, Hkv, G, Ne]
-    auto vis = entry_last.view({1, Ne}) <= (t + pos0).view({N, 1});                      // [N, Ne]
+    auto kcr = kc.index_select(0, b);                                       // [N, Ne, Hkv, D]
+    vcr = vc.index_select(0, b).permute({0, 2, 1, 3});                      // [N, Hkv, Ne, D]
+    parts.push_back(torch::matmul(qg, kcr.permute({0, 2, 3, 1})) * scale);  // [N, Hkv, G, Ne]
+    auto vis = entry_last.view({1, Ne}) <= (t + pos0).view({N, 1});         // [N, Ne]
     masks.push_back(vis.view({N, 1, 1, Ne}).expand({N, Hkv, G, Ne}));
   }
   if (sink.defined()) {
@@ -198,7 +209,7 @@ torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, con
     masks.push_back(torch::ones({N, Hkv, G, 1}, iopt.dtype(torch::kBool)));
   }
   auto p = joint_softmax(parts, masks, /*never_empty=*/true);
-  auto o = torch::matmul(p.narrow(-1, 0, K), vr.permute({0, 2, 1, 3}));                  // [N, Hkv, G, D]
+  auto o = torch::matmul(p.narrow(-1, 0, K), vr.permute({0, 2, 1, 3}));  // [N, Hkv, G, D]
   if (Ne > 0) o = o + torch::matmul(p.narrow(-1, K, Ne), vcr);
   return o.reshape({N, H, D});
 }
@@ -207,8 +218,8 @@ torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, con
 torch::Tensor per_offset_apply(const torch::Tensor& xg, const torch::Tensor& w) {
   const int64_t B = xg.size(0), N = xg.size(1), W = xg.size(2), d = xg.size(3);
   const int64_t Hkv = w.size(0), R = w.size(2);
-  auto xw = xg.permute({2, 0, 1, 3}).reshape({W, B * N, d});                          // [W, B*N, d]
-  auto ww = w.permute({1, 3, 0, 2}).reshape({W, d, Hkv * R});                          // [W, d, Hkv*R]
+  auto xw = xg.permute({2, 0, 1, 3}).reshape({W, B * N, d});   // [W, B*N, d]
+  auto ww = w.permute({1, 3, 0, 2}).reshape({W, d, Hkv * R});  // [W, d, Hkv*R]
   return torch::bmm(xw, ww).view({W, B, N, Hkv, R}).permute({1, 2, 0, 3, 4});
 }
 
@@ -222,9 +233,15 @@ AttentionImpl::AttentionImpl(const AttnConfig& cfg) : cfg_(cfg) {
   for (const ParamSpec& s : attn_param_specs(cfg_)) {
     torch::Tensor t;
     switch (s.init) {
-      case InitKind::Normal: t = torch::randn(s.shape) * s.std; break;
-      case InitKind::Ones: t = torch::ones(s.shape); break;
-      case InitKind::Zeros: t = torch::zeros(s.shape); break;
+      case InitKind::Normal:
+        t = torch::randn(s.shape) * s.std;
+        break;
+      case InitKind::Ones:
+        t = torch::ones(s.shape);
+        break;
+      case InitKind::Zeros:
+        t = torch::zeros(s.shape);
+        break;
     }
     params_[s.name] = register_parameter(s.name, t);
   }
@@ -232,7 +249,8 @@ AttentionImpl::AttentionImpl(const AttnConfig& cfg) : cfg_(cfg) {
 
 torch::Tensor& AttentionImpl::param(const std::string& name) {
   auto it = params_.find(name);
-  if (it == params_.end()) fail("attention", "no parameter '" + name + "' for kind " + attn_kind_name(cfg_.kind), "");
+  if (it == params_.end())
+    fail("attention", "no parameter '" + name + "' for kind " + attn_kind_name(cfg_.kind), "");
   return it->second;
 }
 
@@ -242,11 +260,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, AttnT
   switch (cfg_.kind) {
     case AttnKind::Full:
     case AttnKind::Window:
-    case AttnKind::Chunked: return forward_mha(x, pos0, trace);
+    case AttnKind::Chunked:
+      return forward_mha(x, pos0, trace);
     case AttnKind::DsCsa:
     case AttnKind::DsHca:
     case AttnKind::DsCsa2:
-    case AttnKind::DsWindow: return forward_ds(x, pos0, trace);
+    case AttnKind::DsWindow:
+      return forward_ds(x, pos0, trace);
   }
   return {};
 }
@@ -254,7 +274,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, AttnT
 torch::Tensor AttentionImpl::forward_rows(const torch::Tensor& x, int64_t pos0, const torch::Tensor& rows) {
   PS_ASSERT(x.dim() == 3 && x.size(2) == cfg_.d_model, "attention input must be [B, T, d_model]");
   PS_ASSERT(rows.dim() == 1 && rows.scalar_type() == torch::kInt64, "forward_rows: rows must be [N] int64");
-  const bool mha = cfg_.kind == AttnKind::Full || cfg_.kind == AttnKind::Window || cfg_.kind == AttnKind::Chunked;
+  const bool mha =
+      cfg_.kind == AttnKind::Full || cfg_.kind == AttnKind::Window || cfg_.kind == AttnKind::Chunked;
   // per row the fast path gathers its keys (T for full attention): worth it only for a few rows
   const bool few = 4 * rows.size(0) <= x.size(0) * x.size(1);
   const bool fast = few && mha && !head_hook_ && (cfg_.kind == AttnKind::Full || cfg_.window >= 1) &&
@@ -263,11 +284,12 @@ torch::Tensor AttentionImpl::forward_rows(const torch::Tensor& x, int64_t pos0, 
   return forward(x, pos0).reshape({-1, cfg_.d_model}).index_select(0, rows);
 }
 
-torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace, const torch::Tensor& rows) {
+torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace,
+                                         const torch::Tensor& rows) {
   const AttnConfig& c = cfg_;
   const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
-  auto pos = torch::arange(pos0, pos0 + T, iopt);                                      // [T]
+  auto pos = torch::arange(pos0, pos0 + T, iopt);  // [T]
   auto qn = c.qk_norm ? param("q_norm") : torch::Tensor();
   auto kn = c.qk_norm ? param("k_norm") : torch::Tensor();
   auto rms_norm_opt = [&](const torch::Tensor& t, const torch::Tensor& w) {  // Q/K norm only when configured
@@ -275,10 +297,13 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
   };
 
   // raw projections: q [B, T, H, D] (with rows: [1, N, H, D] at the rows' positions), k / v [B, T, Hkv, D]
-  auto xq = rows.defined() ? x.reshape({B * T, c.d_model}).index_select(0, rows).unsqueeze(0) : x;  // [1, N, d] or x
-  auto q = rope_apply(rms_norm_opt(matmul_wt(xq, param("wq")).view({xq.size(0), xq.size(1), H, D}), qn),
-                      rows.defined() ? rows.remainder(T) + pos0 : pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
-  auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+  auto xq = rows.defined() ? x.reshape({B * T, c.d_model}).index_select(0, rows).unsqueeze(0)
+                           : x;  // [1, N, d] or x
+  auto q =
+      rope_apply(rms_norm_opt(matmul_wt(xq, param("wq")).view({xq.size(0), xq.size(1), H, D}), qn),
+                 rows.defined() ? rows.remainder(T) + pos0 : pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+  auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos,
+                      attn_rope_inv_freq(c, attn_rope_dims(c)));
   auto v = matmul_wt(x, param("wv")).view({B, T, Hkv, D});
 
   LocalSpec local;
@@ -298,33 +323,37 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
     const int64_t last_j = (pos0 + T - W) >= 0 ? (pos0 + T - W) / S : -1;
     const int64_t N = std::max<int64_t>(0, last_j - j0 + 1);
     if (N > 0) {
-      auto jj = torch::arange(j0, j0 + N, iopt);                                       // [N]
-      auto tok = jj.view({N, 1}) * S + torch::arange(W, iopt).view({1, W}) - pos0;      // [N, W] token index
-      auto xg = x.index({Slice(), tok});                                               // [B, N, W, d]
+      auto jj = torch::arange(j0, j0 + N, iopt);                                    // [N]
+      auto tok = jj.view({N, 1}) * S + torch::arange(W, iopt).view({1, W}) - pos0;  // [N, W] token index
+      auto xg = x.index({Slice(), tok});                                            // [B, N, W, d]
       torch::Tensor alpha_k;
       auto pool = [&](const std::string& br, torch::Tensor* alpha_out) {
-        torch::Tensor payload;                                                         // [B, N, W, Hkv, D]
-        if (c.per_offset_payload) payload = per_offset_apply(xg, param(br + "_payload"));
-        else payload = matmul_wt(xg, param(br + "_payload").reshape({Hkv * D, c.d_model})).view({B, N, W, Hkv, D});
-        torch::Tensor alpha;                                                           // [B, N, W, Hkv, 1 or D]
+        torch::Tensor payload;  // [B, N, W, Hkv, D]
+        if (c.per_offset_payload)
+          payload = per_offset_apply(xg, param(br + "_payload"));
+        else
+          payload =
+              matmul_wt(xg, param(br + "_payload").reshape({Hkv * D, c.d_model})).view({B, N, W, Hkv, D});
+        torch::Tensor alpha;  // [B, N, W, Hkv, 1 or D]
         if (c.gate == GateKind::Uniform) {
           alpha = torch::full({1, 1, W, 1, 1}, 1.0 / double(W), x.options()).expand({B, N, W, Hkv, 1});
         } else {
           auto zw = param(br + "_gate_w");
-          if (c.gate == GateKind::Scalar) zw = zw.unsqueeze(2);                        // [Hkv, W, 1, d]
-          auto logits = per_offset_apply(xg, zw);                                      // [B, N, W, Hkv, 1 or D]
+          if (c.gate == GateKind::Scalar) zw = zw.unsqueeze(2);  // [Hkv, W, 1, d]
+          auto logits = per_offset_apply(xg, zw);                // [B, N, W, Hkv, 1 or D]
           if (c.gate_bias) {
-            auto b = param(br + "_gate_b");                                            // [Hkv, W] or [Hkv, W, D]
+            auto b = param(br + "_gate_b");  // [Hkv, W] or [Hkv, W, D]
             b = c.gate == GateKind::Scalar ? b.t().unsqueeze(-1) : b.permute({1, 0, 2});
             logits = logits + b;
           }
           alpha = torch::softmax(logits, 2);
         }
         if (trace) *alpha_out = alpha.detach();
-        return (alpha * payload).sum(2);                                               // [B, N, Hkv, D]
+        return (alpha * payload).sum(2);  // [B, N, Hkv, D]
       };
       torch::Tensor alpha_v;
-      kc = rope_apply(rms_norm_opt(pool("ck", &alpha_k), kn), jj * S, attn_rope_inv_freq(c, attn_comp_rope_dims(c)));
+      kc = rope_apply(rms_norm_opt(pool("ck", &alpha_k), kn), jj * S,
+                      attn_rope_inv_freq(c, attn_comp_rope_dims(c)));
       vc = c.tied_kv ? kc : pool("cv", &alpha_v);
       if (trace) {
         trace->gate_alpha = alpha_k;
@@ -336,7 +365,7 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
     if (c.uncompressed_tail) {
       // last token covered by a visible entry: latest j with j*S + W - 1 <= p, if j >= j0
       auto p = pos.to(torch::kFloat64);
-      auto jl = torch::floor((p - double(W - 1)) / double(S)).to(torch::kInt64);       // [T]
+      auto jl = torch::floor((p - double(W - 1)) / double(S)).to(torch::kInt64);  // [T]
       local.cover_end = torch::where(jl >= j0, jl * S + W - 1, torch::full_like(jl, pos0 - 1));
       local.block = W + S - 1;  // the tail never exceeds W + S - 2 tokens before the query
       local.window = 0;
@@ -345,9 +374,10 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
 
   auto sink = c.sink ? param("sink") : torch::Tensor();
   if (rows.defined()) {
-    PS_ASSERT(!local.cover_end.defined() && (local.all || local.window >= 1), "forward_rows: no fast path for this kind");
+    PS_ASSERT(!local.cover_end.defined() && (local.all || local.window >= 1),
+              "forward_rows: no fast path for this kind");
     auto o = rows_attention(q.squeeze(0), k, v, kc, vc, entry_last, local, sink, pos0, rows);  // [N, H, D]
-    return matmul_wt(o.reshape({rows.size(0), H * D}), param("wo"));                      // [N, d]
+    return matmul_wt(o.reshape({rows.size(0), H * D}), param("wo"));                           // [N, d]
   }
   auto o = joint_attention(q, k, v, kc, vc, entry_last, torch::Tensor(), local, sink, pos0, trace);
   return output(o);
@@ -358,35 +388,37 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
 // tokens of block j through the C half and, when overlapping, block j-1 through the P half
 // (tokens before pos0 are absent: logit -inf). Then RMSNorm and RoPE at j*m.
 // Returns [B, N, 1, width]; starts [N] = j*m.
-static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& x, int64_t pos0,
-                                 const std::string& pre, int64_t width, int rope_dims, torch::Tensor* starts,
-                                 torch::Tensor* alpha_out = nullptr) {
+static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& x,
+                                 int64_t pos0, const std::string& pre, int64_t width, int rope_dims,
+                                 torch::Tensor* starts, torch::Tensor* alpha_out = nullptr) {
   const int64_t T = x.size(1), m = c.ratio;
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   const int64_t j0 = (pos0 + m - 1) / m, j1 = (pos0 + T) / m - 1, N = std::max<int64_t>(0, j1 - j0 + 1);
   if (N == 0) return torch::Tensor();
-  auto a = matmul_wt(x, mod.param(pre + "wkv"));                                          // [B, T, kappa*width]
-  auto z = matmul_wt(x, mod.param(pre + "wgate"));                                        // [B, T, kappa*width]
-  if (c.offset_bias) z = z + mod.param(pre + "ape").index({torch::remainder(torch::arange(pos0, pos0 + T, iopt), m)});
-  auto jj = torch::arange(j0, j0 + N, iopt);                                           // [N]
-  auto cur = jj.view({N, 1}) * m + torch::arange(m, iopt).view({1, m}) - pos0;         // [N, m] token index
-  const int64_t ch = c.overlap ? width : 0;                                            // C half offset
-  auto feat = a.narrow(-1, ch, width).index({Slice(), cur});                           // [B, N, m, width]
-  auto logit = z.narrow(-1, ch, width).index({Slice(), cur});                          // [B, N, m, width]
+  auto a = matmul_wt(x, mod.param(pre + "wkv"));    // [B, T, kappa*width]
+  auto z = matmul_wt(x, mod.param(pre + "wgate"));  // [B, T, kappa*width]
+  if (c.offset_bias)
+    z = z + mod.param(pre + "ape").index({torch::remainder(torch::arange(pos0, pos0 + T, iopt), m)});
+  auto jj = torch::arange(j0, j0 + N, iopt);                                    // [N]
+  auto cur = jj.view({N, 1}) * m + torch::arange(m, iopt).view({1, m}) - pos0;  // [N, m] token index
+  const int64_t ch = c.overlap ? width : 0;                                     // C half offset
+  auto feat = a.narrow(-1, ch, width).index({Slice(), cur});                    // [B, N, m, width]
+  auto logit = z.narrow(-1, ch, width).index({Slice(), cur});                   // [B, N, m, width]
   if (c.overlap) {
-    auto prev = cur - m;                                                               // [N, m]
+    auto prev = cur - m;  // [N, m]
     auto present = (prev >= 0).view({1, N, m, 1});
     auto pc = prev.clamp_min(0);
     auto pf = a.narrow(-1, 0, width).index({Slice(), pc});
-    auto pl = z.narrow(-1, 0, width).index({Slice(), pc}).masked_fill(present.logical_not(),
-                                                                     -std::numeric_limits<double>::infinity());
-    feat = torch::cat({pf, feat}, 2L);                                                  // [B, N, 2m, width]
+    auto pl = z.narrow(-1, 0, width)
+                  .index({Slice(), pc})
+                  .masked_fill(present.logical_not(), -std::numeric_limits<double>::infinity());
+    feat = torch::cat({pf, feat}, 2L);  // [B, N, 2m, width]
     logit = torch::cat({pl, logit}, 2L);
   }
-  auto alpha = torch::softmax(logit, 2);                                                // [B, N, kappa*m, width]
-  if (alpha_out) *alpha_out = alpha.detach().unsqueeze(3);                             // [B, N, kappa*m, 1, width]
-  auto pooled = (alpha * feat).sum(2);                                                 // [B, N, width]
-  pooled = rms_norm(pooled, mod.param(pre + "norm"), c.norm_eps).unsqueeze(2);         // [B, N, 1, width]
+  auto alpha = torch::softmax(logit, 2);                                        // [B, N, kappa*m, width]
+  if (alpha_out) *alpha_out = alpha.detach().unsqueeze(3);                      // [B, N, kappa*m, 1, width]
+  auto pooled = (alpha * feat).sum(2);                                          // [B, N, width]
+  pooled = rms_norm(pooled, mod.param(pre + "norm"), c.norm_eps).unsqueeze(2);  // [B, N, 1, width]
   if (starts) *starts = jj * m;
   return rope_apply(pooled, jj * m, attn_rope_inv_freq(c, rope_dims));
 }
@@ -396,16 +428,17 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.head_dim;
   const int rd = attn_rope_dims(c);
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
-  auto pos = torch::arange(pos0, pos0 + T, iopt);                                      // [T]
+  auto pos = torch::arange(pos0, pos0 + T, iopt);  // [T]
 
   // query: x -> W_qa -> RMSNorm -> W_qb, per-head RMS (V4 only), RoPE: [B, T, H, D]
-  auto qa = rms_norm(matmul_wt(x, param("wq_a")), param("q_a_norm"), c.norm_eps);          // [B, T, q_rank]
+  auto qa = rms_norm(matmul_wt(x, param("wq_a")), param("q_a_norm"), c.norm_eps);  // [B, T, q_rank]
   auto q = matmul_wt(qa, param("wq_b")).view({B, T, H, D});
   if (c.q_head_norm) q = rms_norm(q, torch::Tensor(), c.norm_eps);
   q = rope_apply(q, pos, attn_rope_inv_freq(c, rd));
 
   // one latent per token, both key and value: [B, T, 1, D]
-  auto lat = rope_apply(rms_norm(matmul_wt(x, param("wkv")), param("kv_norm"), c.norm_eps).unsqueeze(2), pos, attn_rope_inv_freq(c, rd));
+  auto lat = rope_apply(rms_norm(matmul_wt(x, param("wkv")), param("kv_norm"), c.norm_eps).unsqueeze(2), pos,
+                        attn_rope_inv_freq(c, rd));
 
   // compressed entries [B, N, 1, D], visible iff (j+1)*m - 1 <= p (none for a window-only layer)
   torch::Tensor starts, kc;
@@ -422,24 +455,30 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
     if (c.index_topk > 0) {
       // indexer: I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j), top-min(k, visible) per query
       const int64_t HI = c.index_heads, DI = c.index_dim;
-      auto qi = rope_apply(matmul_wt(qa, param("idx_wq_b")).view({B, T, HI, DI}), pos, attn_rope_inv_freq(c, attn_index_rope_dims(c)));
-      auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", DI, attn_index_rope_dims(c), nullptr).squeeze(2);  // [B, N, DI]
-      auto w = matmul_wt(x, param("idx_ww")) * (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
+      auto qi = rope_apply(matmul_wt(qa, param("idx_wq_b")).view({B, T, HI, DI}), pos,
+                           attn_rope_inv_freq(c, attn_index_rope_dims(c)));
+      auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", DI, attn_index_rope_dims(c), nullptr)
+                    .squeeze(2);  // [B, N, DI]
+      auto w = matmul_wt(x, param("idx_ww")) *
+               (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
       torch::NoGradGuard no_grad;  // the selection is discrete; the LM loss does not train the indexer
       auto score = torch::zeros({B, T, N}, x.options());
       for (int64_t h = 0; h < HI; ++h)
-        score = score + w.select(2, h).unsqueeze(-1) * torch::relu(torch::matmul(qi.select(2, h), ki.transpose(1, 2)));
-      auto vis = entry_last.view({1, N}) <= pos.view({T, 1});                          // [T, N]
+        score = score + w.select(2, h).unsqueeze(-1) *
+                            torch::relu(torch::matmul(qi.select(2, h), ki.transpose(1, 2)));
+      auto vis = entry_last.view({1, N}) <= pos.view({T, 1});  // [T, N]
       score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-      auto order = std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
-      auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                         // [T]
+      auto order =
+          std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
+      auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                                // [T]
       auto take = (torch::arange(N, iopt).view({1, N}) < keep.view({T, 1})).unsqueeze(0).expand({B, T, N});
       entry_mask = torch::zeros({B, T, N}, iopt.dtype(torch::kBool)).scatter(-1, order, take);
       if (trace) {
         // the picks in selection order (score descending, ties to the earlier entry), -1 past the kept ones
         const int64_t k = c.index_topk, kk = std::min<int64_t>(k, N);
-        const int64_t j0 = starts[0].item<int64_t>() / c.ratio;                          // first entry's index
-        auto picks = (order.narrow(-1, 0, kk) + j0).masked_fill(take.narrow(-1, 0, kk).logical_not(), -1);  // [B, T, kk]
+        const int64_t j0 = starts[0].item<int64_t>() / c.ratio;  // first entry's index
+        auto picks = (order.narrow(-1, 0, kk) + j0)
+                         .masked_fill(take.narrow(-1, 0, kk).logical_not(), -1);  // [B, T, kk]
         trace->index_topk = kk == k ? picks : torch::cat({picks, torch::full({B, T, k - kk}, -1, iopt)}, -1);
         trace->index_score = score.detach();
       }
@@ -450,21 +489,22 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   local.window = c.window;
   local.block = std::max(1, c.window);
   auto sink = c.sink ? param("sink") : torch::Tensor();
-  auto o = joint_attention(q, lat, lat, kc, kc, entry_last, entry_mask, local, sink, pos0, trace);  // [B, T, H, D]
+  auto o =
+      joint_attention(q, lat, lat, kc, kc, entry_last, entry_mask, local, sink, pos0, trace);  // [B, T, H, D]
   o = rope_apply(o, pos, attn_rope_inv_freq(c, rd), /*sign=*/-1);  // de-rotate the output's rotary dims
   return output(o);
 }
 
 torch::Tensor AttentionImpl::output(const torch::Tensor& o) {
   const int64_t B = o.size(0), T = o.size(1);
-  auto h = head_hook_ ? head_hook_(o) : o;                                              // [B, T, H, D]
+  auto h = head_hook_ ? head_hook_(o) : o;  // [B, T, H, D]
   PS_ASSERT(h.sizes() == o.sizes(), "attention head hook must return [B, T, H, D] unchanged in shape");
   if (cfg_.o_groups == 0) return matmul_wt(h.reshape({B, T, cfg_.n_heads * cfg_.head_dim}), param("wo"));
   // V4's grouped low-rank output: group g (heads g*H/G .. (g+1)*H/G - 1, contiguous) -> o_rank dims
   const int64_t G = cfg_.o_groups, R = cfg_.o_rank, HDg = cfg_.n_heads * cfg_.head_dim / G;
-  auto hg = h.reshape({B, T, G, 1, HDg});                                                // [B, T, G, 1, H*D/G]
-  auto wa = param("wo_a").view({G, R, HDg});                                             // [G, R, H*D/G]
-  auto r = torch::matmul(hg, wa.transpose(1, 2)).reshape({B, T, G * R});                 // [B, T, G*R]
+  auto hg = h.reshape({B, T, G, 1, HDg});                                 // [B, T, G, 1, H*D/G]
+  auto wa = param("wo_a").view({G, R, HDg});                              // [G, R, H*D/G]
+  auto r = torch::matmul(hg, wa.transpose(1, 2)).reshape({B, T, G * R});  // [B, T, G*R]
   return matmul_wt(r, param("wo_b"));
 }
 
@@ -487,7 +527,8 @@ void attention_import(AttentionImpl& module, const RefParams& params) {
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters()) {
     auto it = params.find(item.key());
-    if (it == params.end()) fail("attention_import", "missing parameter '" + item.key() + "'", "export from the same config");
+    if (it == params.end())
+      fail("attention_import", "missing parameter '" + item.key() + "'", "export from the same config");
     auto src = torch::tensor(it->second.data, torch::kFloat64).view(it->second.shape);
     PS_ASSERT(src.sizes() == item.value().sizes(), "shape mismatch for " + item.key());
     item.value().copy_(src);
@@ -499,7 +540,8 @@ void attention_randomize(AttentionImpl& module) {
   for (auto& item : module.named_parameters()) {
     const std::string& n = item.key();
     auto& p = item.value();
-    if (n.find("norm") != std::string::npos) p.copy_(1.0 + 0.1 * torch::randn_like(p));
+    if (n.find("norm") != std::string::npos)
+      p.copy_(1.0 + 0.1 * torch::randn_like(p));
     else if (n == "sink" || n.find("_gate_b") != std::string::npos || n.find("ape") != std::string::npos)
       p.copy_(0.5 * torch::randn_like(p));
   }

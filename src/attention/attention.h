@@ -24,9 +24,10 @@ struct AttnTrace {
   torch::Tensor raw_prob;     // [B, H, T, T] softmax mass on each raw token (dense; small T only)
   // Gate weights per window over its W offsets (offset i of entry j is token j*S + i - (W - S) for the
   // DeepSeek overlap, j*S + i for chunked; either way its phase is i % S).
-  torch::Tensor gate_alpha;    // chunked: [B, N, W, Hkv, 1 or D] key branch; DeepSeek: the compressor's
-                               // [B, N, kappa*m, 1, D] (one branch, K = V)
-  torch::Tensor gate_alpha_v;  // chunked with separate K/V: [B, N, W, Hkv, 1 or D] value branch; else undefined
+  torch::Tensor gate_alpha;  // chunked: [B, N, W, Hkv, 1 or D] key branch; DeepSeek: the compressor's
+                             // [B, N, kappa*m, 1, D] (one branch, K = V)
+  torch::Tensor
+      gate_alpha_v;  // chunked with separate K/V: [B, N, W, Hkv, 1 or D] value branch; else undefined
   // DeepSeek kinds: the compressed K = V entries after RMSNorm and RoPE at j*m, [B, N, D]; with an
   // indexer, the selection: index_topk [B, T, index_topk] entry indices j (score descending, ties to
   // the earlier entry, -1 where fewer are visible) and index_score [B, T, N] (-inf where not visible)
@@ -89,7 +90,7 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // RoPE on the last dims = 2 * inv_freq.size() channels of x [B, T, heads, Dh], interleaved pairs,
 // at positions pos [T] (absolute, int64), angle pos * inv_freq[i] (attn_rope_inv_freq); sign = -1
 // rotates back (DeepSeek's output de-rotation).
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, const std::vector<double>& inv_freq,
-                         int sign = 1);
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos,
+                         const std::vector<double>& inv_freq, int sign = 1);
 
 }  // namespace phasescope

@@ -2,11 +2,10 @@
 // See config.h for the conventions. No tensor code here.
 #include "attention/config.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/json_fields.h"
@@ -69,20 +68,27 @@ AttnConfig attn_config_default(AttnKind kind) {
 
 std::string attn_kind_name(AttnKind kind) {
   switch (kind) {
-    case AttnKind::Full: return "full";
-    case AttnKind::Window: return "window";
-    case AttnKind::Chunked: return "chunked";
-    case AttnKind::DsCsa: return "dsv4-csa";
-    case AttnKind::DsHca: return "hca";
-    case AttnKind::DsCsa2: return "v41-csa2";
-    case AttnKind::DsWindow: return "dsv4-window";
+    case AttnKind::Full:
+      return "full";
+    case AttnKind::Window:
+      return "window";
+    case AttnKind::Chunked:
+      return "chunked";
+    case AttnKind::DsCsa:
+      return "dsv4-csa";
+    case AttnKind::DsHca:
+      return "hca";
+    case AttnKind::DsCsa2:
+      return "v41-csa2";
+    case AttnKind::DsWindow:
+      return "dsv4-window";
   }
   return "?";
 }
 
 std::vector<AttnKind> attn_all_kinds() {
-  return {AttnKind::Full,  AttnKind::Window, AttnKind::Chunked,
-          AttnKind::DsCsa, AttnKind::DsHca,  AttnKind::DsCsa2, AttnKind::DsWindow};
+  return {AttnKind::Full,  AttnKind::Window, AttnKind::Chunked, AttnKind::DsCsa,
+          AttnKind::DsHca, AttnKind::DsCsa2, AttnKind::DsWindow};
 }
 
 AttnKind attn_kind_parse(const std::string& name, const std::string& where) {
@@ -94,9 +100,12 @@ AttnKind attn_kind_parse(const std::string& name, const std::string& where) {
 
 std::string gate_kind_name(GateKind kind) {
   switch (kind) {
-    case GateKind::Scalar: return "scalar";
-    case GateKind::Vector: return "vector";
-    case GateKind::Uniform: return "uniform";
+    case GateKind::Scalar:
+      return "scalar";
+    case GateKind::Vector:
+      return "vector";
+    case GateKind::Uniform:
+      return "uniform";
   }
   return "?";
 }
@@ -129,7 +138,8 @@ std::vector<double> attn_rope_inv_freq(const AttnConfig& c, int dims) {
   if (c.yarn_original_len <= 0) return f;
   // correction dim: the pair index whose wavelength fits `rotations` times into the original length
   auto correction_dim = [&](double rotations) {
-    return dims * std::log(c.yarn_original_len / (rotations * 2.0 * std::acos(-1.0))) / (2.0 * std::log(c.rope_theta));
+    return dims * std::log(c.yarn_original_len / (rotations * 2.0 * std::acos(-1.0))) /
+           (2.0 * std::log(c.rope_theta));
   };
   const double low = std::max(std::floor(correction_dim(c.yarn_beta_fast)), 0.0);
   double high = std::min(std::ceil(correction_dim(c.yarn_beta_slow)), double(dims - 1));
@@ -156,8 +166,10 @@ void attn_config_validate(const AttnConfig& c, const std::string& where) {
   need(c.d_model > 0, "d_model", "must be positive", "set d_model to e.g. 64");
   need(c.n_heads > 0, "n_heads", "must be positive", "set n_heads to e.g. 4");
   need(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "n_kv_heads",
-       "must be positive and divide n_heads (" + std::to_string(c.n_heads) + ")", "use 1 (MQA) or a divisor of n_heads");
-  need(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim", "must be positive and even", "set head_dim to e.g. 16");
+       "must be positive and divide n_heads (" + std::to_string(c.n_heads) + ")",
+       "use 1 (MQA) or a divisor of n_heads");
+  need(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim", "must be positive and even",
+       "set head_dim to e.g. 16");
   int rd = attn_rope_dims(c);
   need(rd >= 0 && rd <= c.head_dim && rd % 2 == 0, "rope_dims",
        "must be -1 (all), 0 (none) or an even number <= head_dim", "e.g. rope_dims = 16");
@@ -211,7 +223,8 @@ void attn_config_validate(const AttnConfig& c, const std::string& where) {
     }
     if (c.kind == AttnKind::DsHca) {
       need(!c.overlap, "overlap", "HCA does not overlap blocks", "set overlap = false or kind = dsv4-csa");
-      need(c.index_topk == 0, "index_topk", "HCA is dense over visible entries (no indexer)", "set index_topk = 0");
+      need(c.index_topk == 0, "index_topk", "HCA is dense over visible entries (no indexer)",
+           "set index_topk = 0");
     }
     if (c.kind == AttnKind::DsCsa2) {
       need(!c.overlap, "overlap", "V4.1 CSA2 has no overlap", "set overlap = false");
@@ -276,12 +289,15 @@ std::string attn_config_to_json(const AttnConfig& c) {
 
 AttnConfig attn_config_from_json(const std::string& text, const std::string& where) {
   json j = json_parse_or_fail(text, where, "check the attention config's syntax");
-  if (!j.is_object()) fail(where, "attention config must be a JSON object", "write {\"kind\": \"chunked\", ...}");
+  if (!j.is_object())
+    fail(where, "attention config must be a JSON object", "write {\"kind\": \"chunked\", ...}");
   if (!j.contains("kind") || !j["kind"].is_string())
-    fail(where + " field 'kind'", "missing or not a string", "add \"kind\": \"full\" (or window, chunked, dsv4-csa, hca, v41-csa2)");
+    fail(where + " field 'kind'", "missing or not a string",
+         "add \"kind\": \"full\" (or window, chunked, dsv4-csa, hca, v41-csa2)");
   AttnConfig c = attn_config_default(attn_kind_parse(j["kind"].get<std::string>(), where + " field 'kind'"));
   if (j.contains("gate")) {
-    if (!j["gate"].is_string()) fail(where + " field 'gate'", "expected a string", "use scalar, vector or uniform");
+    if (!j["gate"].is_string())
+      fail(where + " field 'gate'", "expected a string", "use scalar, vector or uniform");
     c.gate = gate_kind_parse(j["gate"].get<std::string>(), where + " field 'gate'");
   }
   json_apply(c, j, field_table(), where, {"kind", "gate"});
@@ -322,8 +338,10 @@ std::vector<ParamSpec> attn_param_specs(const AttnConfig& c) {
           p.push_back({b + "_gate_w", {Hkv, W, D, d}, InitKind::Normal, s_in});
           if (c.gate_bias) p.push_back({b + "_gate_b", {Hkv, W, D}, InitKind::Zeros});
         }
-        if (c.per_offset_payload) p.push_back({b + "_payload", {Hkv, W, D, d}, InitKind::Normal, s_in});
-        else p.push_back({b + "_payload", {Hkv, D, d}, InitKind::Normal, s_in});
+        if (c.per_offset_payload)
+          p.push_back({b + "_payload", {Hkv, W, D, d}, InitKind::Normal, s_in});
+        else
+          p.push_back({b + "_payload", {Hkv, D, d}, InitKind::Normal, s_in});
       }
     }
     return p;

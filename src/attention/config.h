@@ -20,14 +20,14 @@
 namespace phasescope {
 
 enum class AttnKind {
-  Full,     // causal softmax attention over every earlier token
-  Window,   // exact local attention over the last w tokens, current included
-  Chunked,  // the paper's general W/S compressor + exact local window, one joint softmax
-  DsCsa,    // DeepSeek-V4 CSA: m = 4, overlapping previous-block half, indexer top-k, K = V latent
-  DsHca,    // DeepSeek-V4 HCA: ratio m (128 in V4), no overlap, dense over visible entries
-  DsCsa2,   // DeepSeek-V4.1 CSA2: ratio 2, no overlap, no offset bias
-  DsWindow, // DeepSeek-V4's window-only layers (compress ratio 0): the same MQA latent, sink and
-            // output as CSA/HCA, attention over the exact window only, no compressor
+  Full,      // causal softmax attention over every earlier token
+  Window,    // exact local attention over the last w tokens, current included
+  Chunked,   // the paper's general W/S compressor + exact local window, one joint softmax
+  DsCsa,     // DeepSeek-V4 CSA: m = 4, overlapping previous-block half, indexer top-k, K = V latent
+  DsHca,     // DeepSeek-V4 HCA: ratio m (128 in V4), no overlap, dense over visible entries
+  DsCsa2,    // DeepSeek-V4.1 CSA2: ratio 2, no overlap, no offset bias
+  DsWindow,  // DeepSeek-V4's window-only layers (compress ratio 0): the same MQA latent, sink and
+             // output as CSA/HCA, attention over the exact window only, no compressor
 };
 
 enum class GateKind {
@@ -40,10 +40,10 @@ struct AttnConfig {
   AttnKind kind = AttnKind::Full;
 
   // shared by every kind
-  int d_model = 64;          // d
-  int n_heads = 4;           // H
-  int n_kv_heads = 1;        // Hkv (DeepSeek kinds: must be 1, the latent is shared by all heads)
-  int head_dim = 16;         // D (DeepSeek kinds: the latent width, 512 in V4)
+  int d_model = 64;    // d
+  int n_heads = 4;     // H
+  int n_kv_heads = 1;  // Hkv (DeepSeek kinds: must be 1, the latent is shared by all heads)
+  int head_dim = 16;   // D (DeepSeek kinds: the latent width, 512 in V4)
   double rope_theta = 10000.0;
   // YaRN (DeepSeek-V4's compressed layers: factor 16, original length 65536, beta 32 / 1). Off when
   // yarn_original_len = 0. On, the rotary pairs i whose wavelength exceeds the original length run
@@ -52,15 +52,15 @@ struct AttnConfig {
   int yarn_original_len = 0;
   double yarn_beta_fast = 32.0;
   double yarn_beta_slow = 1.0;
-  int rope_dims = -1;        // RoPE on the LAST rope_dims dims of a head, interleaved pairs; -1 = all D, 0 = none
-  bool qk_norm = true;       // RMSNorm (learned weight) on q and k per head; full/window/chunked only
-  bool sink = false;         // learned per-head logit s_h: adds exp(s_h) to the softmax denominator only
-  int window = 16;           // w: exact local window of raw tokens incl. the current one; 0 = none
+  int rope_dims = -1;   // RoPE on the LAST rope_dims dims of a head, interleaved pairs; -1 = all D, 0 = none
+  bool qk_norm = true;  // RMSNorm (learned weight) on q and k per head; full/window/chunked only
+  bool sink = false;    // learned per-head logit s_h: adds exp(s_h) to the softmax denominator only
+  int window = 16;      // w: exact local window of raw tokens incl. the current one; 0 = none
   double norm_eps = 1e-6;
 
   // chunked (the paper's W/S compressor)
-  int W = 8;                       // tokens per entry
-  int S = 8;                       // stride between entry starts (W >= S; W > S overlaps)
+  int W = 8;  // tokens per entry
+  int S = 8;  // stride between entry starts (W >= S; W > S overlaps)
   GateKind gate = GateKind::Scalar;
   bool gate_bias = true;           // b_i (off = the paper's "no gate bias" ablation)
   bool per_offset_payload = true;  // C_i per offset; false = one shared payload map
@@ -105,17 +105,17 @@ std::string attn_config_to_json(const AttnConfig& cfg);
 AttnConfig attn_config_from_json(const std::string& json_text, const std::string& where);
 
 // Derived quantities (used by both implementations and by reports).
-int attn_rope_dims(const AttnConfig& cfg);       // rope_dims with -1 resolved
-int attn_comp_rope_dims(const AttnConfig& cfg);  // comp_rope_dims with -1 resolved
-int attn_index_rope_dims(const AttnConfig& cfg); // index_rope_dims with -1 resolved
+int attn_rope_dims(const AttnConfig& cfg);        // rope_dims with -1 resolved
+int attn_comp_rope_dims(const AttnConfig& cfg);   // comp_rope_dims with -1 resolved
+int attn_index_rope_dims(const AttnConfig& cfg);  // index_rope_dims with -1 resolved
 // Inverse frequencies of the rotary pairs i = 0 .. dims/2 - 1 on `dims` dims: theta^(-2i/dims), with
 // YaRN (yarn_original_len > 0) blended as DeepSeek's precompute_freqs_cis does: pairs below the
 // beta_fast correction dim keep their frequency, pairs above the beta_slow one run at 1/yarn_factor,
 // a linear ramp between. The one formula both implementations use.
 std::vector<double> attn_rope_inv_freq(const AttnConfig& cfg, int dims);
-int attn_stride(const AttnConfig& cfg);          // S for chunked, m for DeepSeek kinds, 0 otherwise
+int attn_stride(const AttnConfig& cfg);  // S for chunked, m for DeepSeek kinds, 0 otherwise
 bool attn_is_compressed(const AttnConfig& cfg);
-bool attn_is_ds(const AttnConfig& cfg);            // DsCsa, DsHca, DsCsa2 or DsWindow
+bool attn_is_ds(const AttnConfig& cfg);  // DsCsa, DsHca, DsCsa2 or DsWindow
 
 // ---------------------------------------------------------------------------------------------
 // Parameter inventory. Linear weights are [out, in] (y = W x). Both implementations look

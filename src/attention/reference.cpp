@@ -122,7 +122,8 @@ Vec chunk_pool(const AttnConfig& c, const RefParams& P, const std::string& branc
     } else if (c.gate == GateKind::Vector) {
       logits[i] = matvec(param(P, branch + "_gate_w"), (int64_t(g) * W + i) * D, D, xt);
       if (c.gate_bias)
-        for (int ch = 0; ch < D; ++ch) logits[i][ch] += param(P, branch + "_gate_b").data[(g * W + i) * D + ch];
+        for (int ch = 0; ch < D; ++ch)
+          logits[i][ch] += param(P, branch + "_gate_b").data[(g * W + i) * D + ch];
     }
   }
   Vec pooled(D, 0.0);
@@ -145,7 +146,8 @@ std::vector<double> reference_mha(const AttnConfig& c, const RefParams& P, const
   const RefTensor* kn = c.qk_norm ? &param(P, "k_norm") : nullptr;
 
   // per-token projections: q[t][h], k[t][g], v[t][g], each D wide; RoPE at p = pos0 + t
-  std::vector<std::vector<Vec>> q(T, std::vector<Vec>(H)), k(T, std::vector<Vec>(Hkv)), v(T, std::vector<Vec>(Hkv));
+  std::vector<std::vector<Vec>> q(T, std::vector<Vec>(H)), k(T, std::vector<Vec>(Hkv)),
+      v(T, std::vector<Vec>(Hkv));
   for (int t = 0; t < T; ++t) {
     const double* xt = &x[int64_t(t) * d];
     const double p = double(pos0 + t);
@@ -365,7 +367,8 @@ std::vector<double> reference_ds(const AttnConfig& c, const RefParams& P, const 
       }
       const double sink = c.sink ? param(P, "sink").data[h] : 0.0;
       Vec o = attend(q[t][h], keys, vals, scale, c.sink, sink);
-      rope(o, attn_rope_inv_freq(c, rd), -double(p));  // de-rotate the output's rotary dims at the query position
+      rope(o, attn_rope_inv_freq(c, rd),
+           -double(p));  // de-rotate the output's rotary dims at the query position
       concat.insert(concat.end(), o.begin(), o.end());
       if (trace) {
         trace->entries[t][h] = entry_pos;
@@ -380,8 +383,8 @@ std::vector<double> reference_ds(const AttnConfig& c, const RefParams& P, const 
 
 }  // namespace
 
-std::vector<double> reference_attention(const AttnConfig& cfg, const RefParams& params, const std::vector<double>& x,
-                                        int T, int64_t pos0, RefTrace* trace) {
+std::vector<double> reference_attention(const AttnConfig& cfg, const RefParams& params,
+                                        const std::vector<double>& x, int T, int64_t pos0, RefTrace* trace) {
   PS_ASSERT(int64_t(x.size()) == int64_t(T) * cfg.d_model, "reference: x must be [T, d]");
   PS_ASSERT(pos0 >= 0, "reference: pos0 must be >= 0");
   if (attn_is_ds(cfg)) return reference_ds(cfg, params, x, T, pos0, trace);

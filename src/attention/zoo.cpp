@@ -30,9 +30,12 @@ namespace {
 
 std::string shape_of(const AttnConfig& c) {
   switch (c.kind) {
-    case AttnKind::Full: return "causal";
-    case AttnKind::Window: return fmt::format("w{}", c.window);
-    case AttnKind::Chunked: return fmt::format("W{}/S{} w{} {}", c.W, c.S, c.window, gate_kind_name(c.gate));
+    case AttnKind::Full:
+      return "causal";
+    case AttnKind::Window:
+      return fmt::format("w{}", c.window);
+    case AttnKind::Chunked:
+      return fmt::format("W{}/S{} w{} {}", c.W, c.S, c.window, gate_kind_name(c.gate));
     default:
       return fmt::format("m{}{}{} w{}", c.ratio, c.overlap ? " overlap" : "",
                          c.index_topk > 0 ? fmt::format(" top{}", c.index_topk) : std::string(""), c.window);

@@ -12,16 +12,16 @@
 namespace phasescope {
 
 struct ZooRow {
-  std::string kind;          // attn_kind_name
-  std::string shape;         // e.g. "W8/S8 w16" or "m4 overlap top8 w16"
-  double max_rel_err = 0;    // fp64 batched vs reference: max |diff| / max |ref|
-  double keys_per_query = 0; // mean raw tokens + entries a query attends to (from the reference trace)
-  double fwd_bwd_ms = 0;     // fp32 forward+backward at the timing length
+  std::string kind;           // attn_kind_name
+  std::string shape;          // e.g. "W8/S8 w16" or "m4 overlap top8 w16"
+  double max_rel_err = 0;     // fp64 batched vs reference: max |diff| / max |ref|
+  double keys_per_query = 0;  // mean raw tokens + entries a query attends to (from the reference trace)
+  double fwd_bwd_ms = 0;      // fp32 forward+backward at the timing length
 };
 
 struct ZooOptions {
-  int check_tokens = 40;     // T for the reference comparison (the reference is O(T^2))
-  int time_tokens = 1024;    // T for the timing
+  int check_tokens = 40;   // T for the reference comparison (the reference is O(T^2))
+  int time_tokens = 1024;  // T for the timing
   int batch = 2;
   uint64_t seed = 1234;
 };

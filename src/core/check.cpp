@@ -10,8 +10,8 @@ void fail(const std::string& where, const std::string& what, const std::string& 
 }
 
 void assert_failed(const char* expr, const char* file, int line, const std::string& msg) {
-  throw Error(std::string("internal check failed at ") + file + ":" + std::to_string(line) + ": (" +
-              expr + ") " + msg);
+  throw Error(std::string("internal check failed at ") + file + ":" + std::to_string(line) + ": (" + expr +
+              ") " + msg);
 }
 
 }  // namespace phasescope

@@ -20,7 +20,7 @@ struct Error : std::runtime_error {
 
 }  // namespace phasescope
 
-#define PS_ASSERT(cond, msg)                                                        \
-  do {                                                                              \
-    if (!(cond)) ::phasescope::assert_failed(#cond, __FILE__, __LINE__, (msg));     \
+#define PS_ASSERT(cond, msg)                                                    \
+  do {                                                                          \
+    if (!(cond)) ::phasescope::assert_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

@@ -53,14 +53,16 @@ void io_write_all(int fd, const char* p, size_t n, const std::string& path) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      fail(path, std::string("write failed: ") + std::strerror(errno), "check free disk space and permissions");
+      fail(path, std::string("write failed: ") + std::strerror(errno),
+           "check free disk space and permissions");
     }
     p += w;
     n -= size_t(w);
   }
 }
 
-void io_write_atomic_with(const std::string& path, const std::function<void(int fd, const std::string& tmp)>& fill) {
+void io_write_atomic_with(const std::string& path,
+                          const std::function<void(int fd, const std::string& tmp)>& fill) {
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
@@ -69,9 +71,11 @@ void io_write_atomic_with(const std::string& path, const std::function<void(int 
   if (!fs::is_directory(dir, ec))
     fail(dir.string(), "the folder to write " + target.filename().string() + " into does not exist",
          "create it first (or pass an existing --out folder)");
-  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  const std::string tmp =
+      (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno), "check that the folder is writable");
+  if (fd < 0)
+    fail(tmp, std::string("cannot create: ") + std::strerror(errno), "check that the folder is writable");
   try {
     fill(fd, tmp);
   } catch (...) {
@@ -96,7 +100,8 @@ void io_write_atomic_with(const std::string& path, const std::function<void(int 
 }
 
 void io_write_atomic(const std::string& path, const std::string& bytes) {
-  io_write_atomic_with(path, [&](int fd, const std::string& tmp) { io_write_all(fd, bytes.data(), bytes.size(), tmp); });
+  io_write_atomic_with(
+      path, [&](int fd, const std::string& tmp) { io_write_all(fd, bytes.data(), bytes.size(), tmp); });
 }
 
 void io_make_dirs(const std::string& dir) {

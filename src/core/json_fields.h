@@ -3,10 +3,9 @@
 // Strict: an unknown key or a wrong type is an Error naming `where`, the field and the fix.
 // Not a general serializer: scalar members (bool, integers, floating point, std::string) only.
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -16,7 +15,8 @@
 namespace phasescope {
 
 // Parse `text` or throw an Error naming `where`, the parser's complaint and `fix`.
-inline nlohmann::json json_parse_or_fail(const std::string& text, const std::string& where, const std::string& fix) {
+inline nlohmann::json json_parse_or_fail(const std::string& text, const std::string& where,
+                                         const std::string& fix) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
@@ -52,7 +52,8 @@ JsonField<S> json_field(T S::*member) {
     } else {
       ok = v.is_number();
     }
-    if (!ok) fail(where, std::string("expected ") + type + ", got " + v.dump(), std::string("write a ") + type);
+    if (!ok)
+      fail(where, std::string("expected ") + type + ", got " + v.dump(), std::string("write a ") + type);
     s.*member = v.get<T>();
   };
   return f;
@@ -62,11 +63,13 @@ JsonField<S> json_field(T S::*member) {
 template <class S>
 void json_apply(S& s, const nlohmann::json& obj, const JsonTable<S>& table, const std::string& where,
                 const std::set<std::string>& skip = {}) {
-  if (!obj.is_object()) fail(where, "expected a JSON object, got " + obj.dump(), "write {\"field\": value, ...}");
+  if (!obj.is_object())
+    fail(where, "expected a JSON object, got " + obj.dump(), "write {\"field\": value, ...}");
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     if (skip.count(it.key())) continue;
     auto f = table.find(it.key());
-    if (f == table.end()) fail(where + " field '" + it.key() + "'", "unknown field", "remove it or check its spelling");
+    if (f == table.end())
+      fail(where + " field '" + it.key() + "'", "unknown field", "remove it or check its spelling");
     f->second.set(s, it.value(), where + " field '" + it.key() + "'");
   }
 }

@@ -11,8 +11,8 @@
 namespace phasescope {
 
 struct RuntimeInfo {
-  int threads = 0;            // intra-op threads libtorch will use
-  bool malloc_tuned = false;  // whether the mallopt settings were applied
+  int threads = 0;              // intra-op threads libtorch will use
+  bool malloc_tuned = false;    // whether the mallopt settings were applied
   bool flush_denormal = false;  // subnormal floats flushed to zero (SSE FTZ/DAZ)
 };
 

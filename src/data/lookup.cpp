@@ -20,7 +20,8 @@ std::string vocab_token_name(const Vocab& v, int tok) {
 std::vector<int> draw_distinct(int n, int k, std::mt19937_64& rng) {
   std::vector<int> all(n);
   std::iota(all.begin(), all.end(), 0);
-  for (int i = 0; i < k; ++i) std::swap(all[i], all[i + std::uniform_int_distribution<int>(0, n - 1 - i)(rng)]);
+  for (int i = 0; i < k; ++i)
+    std::swap(all[i], all[i + std::uniform_int_distribution<int>(0, n - 1 - i)(rng)]);
   all.resize(k);
   return all;
 }
@@ -41,12 +42,12 @@ LookupExample lookup_sample(const LookupSpec& spec, std::mt19937_64& rng) {
 }
 
 int64_t lookup_length(const LookupSpec& spec, int prefix, const std::vector<int>& gaps, int post) {
-  return 1 + prefix + 2 * int64_t(spec.n_records) + std::accumulate(gaps.begin(), gaps.end(), int64_t(0)) + post +
-         2 * int64_t(spec.n_demos) + 1;
+  return 1 + prefix + 2 * int64_t(spec.n_records) + std::accumulate(gaps.begin(), gaps.end(), int64_t(0)) +
+         post + 2 * int64_t(spec.n_demos) + 1;
 }
 
-LookupTokens lookup_render(const LookupSpec& spec, const LookupExample& ex, int prefix, const std::vector<int>& gaps,
-                           int post, std::mt19937_64& rng) {
+LookupTokens lookup_render(const LookupSpec& spec, const LookupExample& ex, int prefix,
+                           const std::vector<int>& gaps, int post, std::mt19937_64& rng) {
   PS_ASSERT(int(gaps.size()) == spec.n_records - 1, "lookup_render: need n_records - 1 gaps");
   PS_ASSERT(prefix >= 0 && post >= 0, "lookup_render: negative padding");
   std::uniform_int_distribution<int> filler(0, spec.vocab.n_fillers - 1);

@@ -61,8 +61,9 @@ Example lookup_train_example(const TaskConfig& cfg, const Vocab& v, int n_record
   spec.vocab = v;
   const int64_t fixed = lookup_length(spec, 0, std::vector<int>(size_t(n_records - 1), 0), 0);
   if (fixed > cfg.seq_len)
-    fail("task", "lookup with " + std::to_string(n_records) + " records needs " + std::to_string(fixed) +
-                     " tokens but seq_len is " + std::to_string(cfg.seq_len),
+    fail("task",
+         "lookup with " + std::to_string(n_records) + " records needs " + std::to_string(fixed) +
+             " tokens but seq_len is " + std::to_string(cfg.seq_len),
          "raise task.seq_len or lower task.n_records");
   LookupExample ex = lookup_sample(spec, rng);
   // fillers: prefix, n_records - 1 gaps, post — spread at random so every phase occurs
@@ -89,8 +90,9 @@ Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng
   const int P = cfg.mqar_pairs, Q = std::min(cfg.mqar_queries, cfg.mqar_pairs);
   const int64_t fixed = 1 + 2 * int64_t(P) + 2 * int64_t(Q);
   if (fixed > cfg.seq_len)
-    fail("task", "mqar with " + std::to_string(P) + " pairs and " + std::to_string(Q) + " queries needs " +
-                     std::to_string(fixed) + " tokens but seq_len is " + std::to_string(cfg.seq_len),
+    fail("task",
+         "mqar with " + std::to_string(P) + " pairs and " + std::to_string(Q) + " queries needs " +
+             std::to_string(fixed) + " tokens but seq_len is " + std::to_string(cfg.seq_len),
          "raise task.seq_len or lower task.mqar_pairs / mqar_queries");
   // keys and values: distinct keys, distinct values
   std::vector<int> keys(static_cast<size_t>(P)), vals(static_cast<size_t>(P)), order(static_cast<size_t>(P));
@@ -107,7 +109,8 @@ Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng
   }
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
-  auto slots = spread(int(cfg.seq_len - fixed), P + 1, rng);  // after each pair, the last one before the queries
+  auto slots =
+      spread(int(cfg.seq_len - fixed), P + 1, rng);  // after each pair, the last one before the queries
   std::uniform_int_distribution<int> filler(0, v.n_fillers - 1);
   Example out;
   auto& t = out.tokens;
@@ -166,7 +169,8 @@ Example repeat_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& r
   return out;
 }
 
-Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text, std::mt19937_64& rng) {
+Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text,
+                     std::mt19937_64& rng) {
   const size_t n = size_t(cfg.seq_len);  // BOS + n - 1 bytes, each predicting the next byte
   std::uniform_int_distribution<size_t> start(0, text.size() - n);
   const size_t s = start(rng);
@@ -177,12 +181,15 @@ Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<ui
   return out;
 }
 
-TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed) : cfg_(cfg), vocab_(task_vocab(cfg)), rng_(seed) {
+TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed)
+    : cfg_(cfg), vocab_(task_vocab(cfg)), rng_(seed) {
   if (cfg_.task == "text" || cfg_.task == "mix") {
     const std::string bytes = io_read_text(cfg_.text_file, "check task.text_file / --text");
     text_.assign(bytes.begin(), bytes.end());
     if (text_.size() < size_t(cfg_.seq_len))
-      fail(cfg_.text_file, "has " + std::to_string(text_.size()) + " bytes, fewer than seq_len " + std::to_string(cfg_.seq_len),
+      fail(cfg_.text_file,
+           "has " + std::to_string(text_.size()) + " bytes, fewer than seq_len " +
+               std::to_string(cfg_.seq_len),
            "use a longer file or a shorter task.seq_len");
   }
 }
@@ -208,7 +215,9 @@ std::string TaskStream::state() const {
 void TaskStream::set_state(const std::string& s) {
   std::istringstream is(s);
   is >> rng_;
-  if (!is) fail("checkpoint data_state", "cannot restore the task stream's RNG state", "the checkpoint is damaged; retrain or use another");
+  if (!is)
+    fail("checkpoint data_state", "cannot restore the task stream's RNG state",
+         "the checkpoint is damaged; retrain or use another");
 }
 
 }  // namespace phasescope

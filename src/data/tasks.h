@@ -19,11 +19,12 @@
 namespace phasescope {
 
 struct Example {
-  std::vector<int> tokens;          // [T]
-  std::vector<int> targets;         // [T] next-token target at each position, -1 = no loss
-  std::vector<int64_t> key_pos;     // positions of every key token of the content (records / pairs)
-  std::vector<int64_t> query_pos;   // positions whose target is scored (demo keys, queries, final key)
-  std::vector<int64_t> query_key_pos;  // for each query: the position of the record key it asks for (-1 = none)
+  std::vector<int> tokens;         // [T]
+  std::vector<int> targets;        // [T] next-token target at each position, -1 = no loss
+  std::vector<int64_t> key_pos;    // positions of every key token of the content (records / pairs)
+  std::vector<int64_t> query_pos;  // positions whose target is scored (demo keys, queries, final key)
+  std::vector<int64_t>
+      query_key_pos;  // for each query: the position of the record key it asks for (-1 = none)
 };
 
 Vocab task_vocab(const TaskConfig& cfg);
@@ -36,7 +37,7 @@ class TaskStream {
   Example next(int64_t step);
 
   const Vocab& vocab() const { return vocab_; }
-  std::string state() const;                 // the RNG state; set_state(state()) resumes exactly
+  std::string state() const;  // the RNG state; set_state(state()) resumes exactly
   void set_state(const std::string& s);
 
  private:
@@ -53,7 +54,8 @@ Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng
 // before, between and after, then the run again; loss on every token of the second copy but the last.
 // query_key_pos points at the token's first occurrence. A dense induction signal for warm-up mixing.
 Example repeat_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng);
-Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text, std::mt19937_64& rng);
+Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text,
+                     std::mt19937_64& rng);
 
 // Records in use at a step under the curriculum (min_records -> n_records over curriculum_steps).
 int curriculum_records(const TaskConfig& cfg, int64_t step);

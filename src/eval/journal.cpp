@@ -45,7 +45,8 @@ nlohmann::json journal_record_to_json(const JournalRecord& r) {
   if (!r.answer_seq.empty()) j["answer_seq"] = r.answer_seq;
   if (!r.logprob_seq.empty()) {
     nlohmann::json lps = nlohmann::json::array();
-    for (double lp : r.logprob_seq) lps.push_back(std::isfinite(lp) ? nlohmann::json(lp) : nlohmann::json(nullptr));
+    for (double lp : r.logprob_seq)
+      lps.push_back(std::isfinite(lp) ? nlohmann::json(lp) : nlohmann::json(nullptr));
     j["logprob_seq"] = lps;
   }
   if (!r.expected_text.empty()) j["expected_text"] = r.expected_text;
@@ -145,8 +146,7 @@ JournalLoad journal_load(const std::string& path) {
     if (line_no == 1 && j.is_object() && j.contains("journal_identity")) {
       const nlohmann::json& id = j["journal_identity"];
       if (!id.is_object()) fail(where, "journal_identity must be an object", "delete the journal and rerun");
-      for (const auto& [k, v] : id.items())
-        out.identity[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      for (const auto& [k, v] : id.items()) out.identity[k] = v.is_string() ? v.get<std::string>() : v.dump();
       out.has_identity = true;
       continue;
     }

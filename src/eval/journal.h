@@ -58,7 +58,6 @@ nlohmann::json journal_record_to_json(const JournalRecord& r);
 // `where` names the file and line in errors ("out/journal.jsonl:17").
 JournalRecord journal_record_from_json(const nlohmann::json& j, const std::string& where);
 
-
 // The run a journal belongs to: written once, as its first line ({"journal_identity": {...}}), when
 // the journal is created, and compared field by field on every resume (eval/scoring.h), so that no
 // sample scored by one model, backend, layout or scoring setting is ever counted for another.

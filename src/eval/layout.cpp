@@ -245,7 +245,8 @@ std::vector<int> spread(int balls, int slots, std::mt19937_64& rng) {
 }  // namespace
 
 std::vector<std::vector<int>> layout_balanced_shifts(const std::vector<int64_t>& a, int R, uint64_t seed) {
-  if (a.empty() || R < 1) fail("layout", "no base examples or R < 1", "pass at least one base example and R >= 1");
+  if (a.empty() || R < 1)
+    fail("layout", "no base examples or R < 1", "pass at least one base example and R >= 1");
   return balanced_shifts(a, R, seed);
 }
 
@@ -296,7 +297,8 @@ void layout_moments(const std::vector<int64_t>& target_pos, const std::vector<in
 std::string layout_fingerprint(const LayoutSpec& s) {
   const Vocab& v = s.task.vocab;
   return fmt::format(
-      "lookup records={} demos={} vocab={}/{}/{}/{} R={} n_base={} pad={} base_gaps={} offset={} protocol={} balance={} "
+      "lookup records={} demos={} vocab={}/{}/{}/{} R={} n_base={} pad={} base_gaps={} offset={} protocol={} "
+      "balance={} "
       "seed={}",
       s.task.n_records, s.task.n_demos, v.n_fillers, v.n_keys, v.n_names, v.bytes ? "bytes" : "nobytes", s.R,
       s.n_base, s.pad, s.base_gaps, s.offset, pad_protocol_name(s.protocol), s.balance ? 1 : 0, s.seed);
@@ -423,19 +425,21 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
   layout_moments(pos, res, R, &d.groups, &d.mean, &d.var, &d.mean_range, &d.sd_range);
   if (d.mean_range > spec.tol_mean + 1e-9 || d.sd_range > spec.tol_sd + 1e-9) {
     // a multiple of R balances the means exactly; the SD span shrinks about as 1 / n_base
-    const int suggest = d.mean_range > spec.tol_mean + 1e-9 && n % R != 0 ? layout_base_count(int64_t(n) * R, R)
-                                                                          : layout_base_count(int64_t(2 * n) * R, R);
-    fail(where + fmt::format(", R={}, n_base={}", R, n),
-         fmt::format(
-             "residue groups differ in target position: the means span {:.3f} tokens (tolerance {}), the "
-             "standard deviations span {:.3f} tokens (tolerance {}){}",
-             d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd,
-             spec.balance ? "" : "; this is the naive (balance = false) design"),
-         spec.balance
-             ? fmt::format("use more base examples, a multiple of R (e.g. n_base = {}, i.e. --samples {}), or "
-                           "raise tol_mean / tol_sd",
-                           suggest, int64_t(suggest) * R)
-             : "use the balanced design (balance = true)");
+    const int suggest = d.mean_range > spec.tol_mean + 1e-9 && n % R != 0
+                            ? layout_base_count(int64_t(n) * R, R)
+                            : layout_base_count(int64_t(2 * n) * R, R);
+    fail(
+        where + fmt::format(", R={}, n_base={}", R, n),
+        fmt::format(
+            "residue groups differ in target position: the means span {:.3f} tokens (tolerance {}), the "
+            "standard deviations span {:.3f} tokens (tolerance {}){}",
+            d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd,
+            spec.balance ? "" : "; this is the naive (balance = false) design"),
+        spec.balance
+            ? fmt::format("use more base examples, a multiple of R (e.g. n_base = {}, i.e. --samples {}), or "
+                          "raise tol_mean / tol_sd",
+                          suggest, int64_t(suggest) * R)
+            : "use the balanced design (balance = true)");
   }
   return d;
 }

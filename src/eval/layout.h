@@ -30,9 +30,9 @@ struct LayoutSpec {
   int R = 24;           // residues: r = target_pos % R
   int n_base = 48;      // base examples; samples = n_base * R
   int pad = 48;         // filler tokens per prompt (prefix + gaps + post), >= 2R - 1
-  int base_gaps = -1;                       // filler tokens spread at random between the records of each base
-                                            // example, the same in all of its samples (-1 = n_records / 2,
-                                            // so records are not back to back, as in training; 0 = they are)
+  int base_gaps = -1;   // filler tokens spread at random between the records of each base
+                        // example, the same in all of its samples (-1 = n_records / 2,
+                        // so records are not back to back, as in training; 0 = they are)
   int offset = 0;       // the "shift all inputs by k" control: every prompt of the
                         // offset-0 design with `offset` more fillers right after BOS
                         // (residue r becomes (r + offset) % R; content unchanged)

@@ -3,13 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iostream>
 
 #include "core/check.h"
 #include "data/tasks.h"
-
-#include <algorithm>
-#include <iostream>
 
 namespace phasescope {
 
@@ -48,10 +47,10 @@ torch::Tensor model_last_logprobs(DecoderImpl& model, const std::vector<const st
     }
     last[i] = int64_t(r.size()) - 1;
   }
-  auto h = model.hidden(tokens);                                                         // [B, T, d]
-  auto hl = h.index({torch::arange(B), last});                                           // [B, d]
+  auto h = model.hidden(tokens);                // [B, T, d]
+  auto hl = h.index({torch::arange(B), last});  // [B, d]
   if (hidden) *hidden = h;
-  return torch::log_softmax(model.unembed(hl), -1);                                      // [B, V]
+  return torch::log_softmax(model.unembed(hl), -1);  // [B, V]
 }
 
 std::vector<ScoreResult> ModelBackend::score(const std::vector<ScoreRequest>& batch) {
@@ -61,15 +60,17 @@ std::vector<ScoreResult> ModelBackend::score(const std::vector<ScoreRequest>& ba
   const int64_t V = model_.model->config().vocab_size;
   std::vector<const std::vector<int>*> prompts;
   for (const ScoreRequest& r : batch) prompts.push_back(&r.tokens);
-  auto logp = model_last_logprobs(*model_.model, prompts);                               // [B, V]
+  auto logp = model_last_logprobs(*model_.model, prompts);  // [B, V]
   auto top = logp.topk(std::min<int64_t>(topk_, V), -1);
   auto tv = std::get<0>(top), ti = std::get<1>(top);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(B);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(B);
   std::vector<ScoreResult> out(static_cast<size_t>(B));
   for (int64_t i = 0; i < B; ++i) {
     ScoreResult& r = out[size_t(i)];
     r.top1 = int(ti[i][0].item<int64_t>());
-    for (int64_t k = 0; k < ti.size(1); ++k) r.topk.push_back({int(ti[i][k].item<int64_t>()), tv[i][k].item<double>()});
+    for (int64_t k = 0; k < ti.size(1); ++k)
+      r.topk.push_back({int(ti[i][k].item<int64_t>()), tv[i][k].item<double>()});
     const int a = batch[size_t(i)].answer;
     if (a >= 0 && a < V) r.answer_logprob = logp[i][a].item<double>();
     r.ms = ms;

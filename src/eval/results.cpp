@@ -248,7 +248,8 @@ EvalResults results_from_json(const nlohmann::json& j, const std::string& where)
   return r;
 }
 
-EvalResults results_from_journal(const std::string& journal_path, const StatsOptions& so, const EvalMeta& meta) {
+EvalResults results_from_journal(const std::string& journal_path, const StatsOptions& so,
+                                 const EvalMeta& meta) {
   EvalResults res;
   res.stats = stats_compute(journal_load(journal_path).records, so);
   res.meta = meta;

@@ -37,7 +37,8 @@ struct EvalResults {
 
 // The statistics of a journal (every sample scored so far) with the run's metadata: the one way every
 // command (eval, probe needle, explain) turns a journal into results.
-EvalResults results_from_journal(const std::string& journal_path, const StatsOptions& so, const EvalMeta& meta);
+EvalResults results_from_journal(const std::string& journal_path, const StatsOptions& so,
+                                 const EvalMeta& meta);
 
 nlohmann::json results_to_json(const EvalResults& r);
 EvalResults results_from_json(const nlohmann::json& j, const std::string& where);  // throws Error

@@ -13,8 +13,8 @@
 #include "core/hash.h"
 #include "core/io.h"
 #include "eval/eval_report.h"
-#include "eval/scoring.h"
 #include "eval/journal.h"
+#include "eval/scoring.h"
 #include "report/html.h"
 
 namespace phasescope {
@@ -22,12 +22,14 @@ namespace phasescope {
 namespace {
 
 void write_outputs(const EvalResults& res, const EvalOptions& opt, const std::string& out_dir) {
-  eval_write_outputs(res, opt.report, out_dir, "phasescope eval: " + res.meta.model + " · " + res.meta.protocol);
+  eval_write_outputs(res, opt.report, out_dir,
+                     "phasescope eval: " + res.meta.model + " · " + res.meta.protocol);
 }
 
 }  // namespace
 
-ScoringSample eval_engine_sample(const LayoutDesign& d, size_t i, const std::string& model, const std::string& fingerprint) {
+ScoringSample eval_engine_sample(const LayoutDesign& d, size_t i, const std::string& model,
+                                 const std::string& fingerprint) {
   const LayoutSample& s = d.samples[i];
   ScoringSample e;
   JournalRecord& r = e.rec;
@@ -52,8 +54,8 @@ ScoringSample eval_engine_sample(const LayoutDesign& d, size_t i, const std::str
 }
 
 ScoringSummary eval_score_layout(Backend& backend, const LayoutDesign& d, const std::string& model,
-                                const std::string& scoring, const std::string& journal_path, bool fresh,
-                                std::ostream* log, int max_failed_batches) {
+                                 const std::string& scoring, const std::string& journal_path, bool fresh,
+                                 std::ostream* log, int max_failed_batches) {
   const std::string fp = layout_fingerprint(d.spec);
   ScoringOptions eo;
   eo.what = fmt::format("{} · {}", model, scoring);
@@ -61,11 +63,13 @@ ScoringSummary eval_score_layout(Backend& backend, const LayoutDesign& d, const 
   eo.fresh = fresh;
   eo.log = log;
   eo.max_failed_batches = max_failed_batches;
-  return scoring_run(backend, int64_t(d.samples.size()),
-                    [&](int64_t i) { return eval_engine_sample(d, size_t(i), model, fp); }, journal_path, eo);
+  return scoring_run(
+      backend, int64_t(d.samples.size()),
+      [&](int64_t i) { return eval_engine_sample(d, size_t(i), model, fp); }, journal_path, eo);
 }
 
-void eval_write_outputs(const EvalResults& res, bool report, const std::string& out_dir, const std::string& title) {
+void eval_write_outputs(const EvalResults& res, bool report, const std::string& out_dir,
+                        const std::string& title) {
   results_write_json(res, out_dir + "/results.json");
   io_write_atomic(out_dir + "/per_residue.csv", results_csv({res}));
   io_write_atomic(out_dir + "/table.txt", results_format_table(res));
@@ -102,8 +106,9 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
   if (log) *log << moments;
 
   // score (or resume) every sample through the engine, bound to this model, backend and design
-  const ScoringSummary sum = eval_score_layout(backend, design, opt.model, "protocol " + proto, out_dir + "/journal.jsonl",
-                                              opt.fresh, log, opt.max_failed_batches);
+  const ScoringSummary sum =
+      eval_score_layout(backend, design, opt.model, "protocol " + proto, out_dir + "/journal.jsonl",
+                        opt.fresh, log, opt.max_failed_batches);
 
   // statistics of the whole journal, then the files
   EvalResults res = eval_from_journal(opt, design, out_dir, backend.describe(), sum.wall_s);

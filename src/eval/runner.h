@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "eval/backend.h"
-#include "eval/scoring.h"
 #include "eval/layout.h"
 #include "eval/results.h"
+#include "eval/scoring.h"
 #include "report/document.h"
 
 namespace phasescope {
@@ -37,13 +37,14 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
 
 // Sample i of a layout as the scoring engine's sample (journal record without the answer, prompt,
 // answer token); `fingerprint` = layout_fingerprint(d.spec).
-ScoringSample eval_engine_sample(const LayoutDesign& d, size_t i, const std::string& model, const std::string& fingerprint);
+ScoringSample eval_engine_sample(const LayoutDesign& d, size_t i, const std::string& model,
+                                 const std::string& fingerprint);
 
 // Score (or resume) every sample of a layout into journal_path through the engine, the journal bound
 // to (model, backend identity, layout, scoring). run_eval and explain's conditions use it.
 ScoringSummary eval_score_layout(Backend& backend, const LayoutDesign& d, const std::string& model,
-                                const std::string& scoring, const std::string& journal_path, bool fresh,
-                                std::ostream* log, int max_failed_batches = 3);
+                                 const std::string& scoring, const std::string& journal_path, bool fresh,
+                                 std::ostream* log, int max_failed_batches = 3);
 
 // The statistics of out_dir/journal.jsonl alone (no backend call), with the run's metadata.
 EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design, const std::string& out_dir,
@@ -51,7 +52,8 @@ EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design
 
 // Write results.json, per_residue.csv, table.txt and (report = true) the plots and report.html of one
 // run into out_dir. Used by run_eval and by the HTTP probes (probe/needle.h) so their outputs match.
-void eval_write_outputs(const EvalResults& res, bool report, const std::string& out_dir, const std::string& title);
+void eval_write_outputs(const EvalResults& res, bool report, const std::string& out_dir,
+                        const std::string& title);
 
 // Read several results.json files (e.g. models x protocols for `reproduce`) and write, into out_dir,
 // report.html (one figure per protocol with a series per model), results.csv and compare.txt.

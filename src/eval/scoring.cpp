@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <ostream>
 #include <unordered_map>
@@ -19,7 +19,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Identity {
   std::string tokens_hash;
@@ -29,7 +31,7 @@ struct Identity {
 }  // namespace
 
 JournalIdentity scoring_identity(const std::string& model, const Backend& backend, const std::string& layout,
-                                const std::string& scoring) {
+                                 const std::string& scoring) {
   return {{"model", model}, {"backend", backend.identity()}, {"layout", layout}, {"scoring", scoring}};
 }
 
@@ -37,8 +39,10 @@ void scoring_check_identity(const JournalLoad& jl, const JournalIdentity& want, 
   const std::string fix = "pass another --out folder for this run, or --fresh to start " + path + " over";
   if (!jl.has_identity) {
     if (!jl.records.empty())
-      fail(path, "holds samples but no identity line (written by an older phasescope): it cannot be told which "
-                 "model, backend and layout scored them", fix);
+      fail(path,
+           "holds samples but no identity line (written by an older phasescope): it cannot be told which "
+           "model, backend and layout scored them",
+           fix);
     return;
   }
   for (const auto& [k, v] : want) {
@@ -48,11 +52,12 @@ void scoring_check_identity(const JournalLoad& jl, const JournalIdentity& want, 
       fail(path, fmt::format("belongs to another run: its {} is '{}', this run's is '{}'", k, have, v), fix);
   }
   for (const auto& [k, v] : jl.identity)
-    if (!want.count(k)) fail(path, fmt::format("belongs to another run: it records {} '{}', this run none", k, v), fix);
+    if (!want.count(k))
+      fail(path, fmt::format("belongs to another run: it records {} '{}', this run none", k, v), fix);
 }
 
 ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<ScoringSample(int64_t)>& render,
-                         const std::string& journal_path, const ScoringOptions& opt) {
+                           const std::string& journal_path, const ScoringOptions& opt) {
   std::ostream* log = opt.log;
   ScoringSummary sum;
   sum.total = n;
@@ -69,18 +74,23 @@ ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<Scor
   for (int64_t i = 0; i < n; ++i) {
     ScoringSample s = render(i);
     ident[size_t(i)] = {s.rec.tokens_hash, s.rec.target_pos};
-    if (!index_of.emplace(s.rec.id, i).second) PS_ASSERT(false, fmt::format("duplicate sample id {}", s.rec.id));
+    if (!index_of.emplace(s.rec.id, i).second)
+      PS_ASSERT(false, fmt::format("duplicate sample id {}", s.rec.id));
   }
-  const std::string fix = "pass another --out folder for another design, or --fresh to start " + journal_path + " over";
+  const std::string fix =
+      "pass another --out folder for another design, or --fresh to start " + journal_path + " over";
   std::vector<char> done(static_cast<size_t>(n), 0);
   for (const JournalRecord& r : jl.records) {
     auto it = index_of.find(r.id);
-    if (it == index_of.end()) fail(journal_path, fmt::format("sample {} is not part of this design", r.id), fix);
+    if (it == index_of.end())
+      fail(journal_path, fmt::format("sample {} is not part of this design", r.id), fix);
     const Identity& id = ident[size_t(it->second)];
     if (r.tokens_hash != id.tokens_hash || r.target_pos != id.target_pos)
       fail(journal_path,
            fmt::format("sample {} had other prompt tokens or target position than this design gives it (the "
-                       "tokenizer, the server or the layout changed)", r.id), fix);
+                       "tokenizer, the server or the layout changed)",
+                       r.id),
+           fix);
     if (r.scored()) done[size_t(it->second)] = 1;
   }
   std::vector<int64_t> todo;
@@ -90,9 +100,10 @@ ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<Scor
   JournalWriter writer(journal_path, opt.identity);
   if (log) {
     if (writer.torn_bytes_cut() > 0)
-      *log << fmt::format("journal: cut a torn last line ({} bytes) left by an interrupted run\n", writer.torn_bytes_cut());
-    *log << fmt::format("{}: {} samples, {} already journaled, {} to score with {}\n", opt.what, n, sum.resumed,
-                        todo.size(), backend.describe());
+      *log << fmt::format("journal: cut a torn last line ({} bytes) left by an interrupted run\n",
+                          writer.torn_bytes_cut());
+    *log << fmt::format("{}: {} samples, {} already journaled, {} to score with {}\n", opt.what, n,
+                        sum.resumed, todo.size(), backend.describe());
   }
 
   // score in batches of whole samples (every token of a sample's answer in the same batch)
@@ -110,7 +121,8 @@ ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<Scor
       ScoringSample s = render(todo[next]);
       PS_ASSERT(!s.answer.empty(), "a sample needs at least one answer token");
       const int64_t cost = int64_t(s.prompt.size() + s.answer.size()) * int64_t(s.answer.size());
-      if (!batch.empty() && (reqs.size() + s.answer.size() > max_req || tokens + cost > opt.max_batch_tokens)) break;
+      if (!batch.empty() && (reqs.size() + s.answer.size() > max_req || tokens + cost > opt.max_batch_tokens))
+        break;
       for (size_t k = 0; k < s.answer.size(); ++k) {
         ScoreRequest q;
         q.tokens = s.prompt;
@@ -184,21 +196,23 @@ ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<Scor
     if (log && (last || seconds_since(last_print) >= 2.0)) {
       last_print = Clock::now();
       const double el = seconds_since(t0), rate = double(sum.scored + sum.failed) / std::max(el, 1e-9);
-      *log << fmt::format("  {}/{} scored ({} resumed), {} failed, {:.1f} samples/s, {:.0f} s elapsed, eta {:.0f} s\n",
-                          sum.resumed + sum.scored, n, sum.resumed, sum.failed, rate, el,
-                          double(todo.size() - next) / std::max(rate, 1e-9));
+      *log << fmt::format(
+          "  {}/{} scored ({} resumed), {} failed, {:.1f} samples/s, {:.0f} s elapsed, eta {:.0f} s\n",
+          sum.resumed + sum.scored, n, sum.resumed, sum.failed, rate, el,
+          double(todo.size() - next) / std::max(rate, 1e-9));
     }
     if (failed_batches >= opt.max_failed_batches)
       fail(opt.what + " (" + backend.describe() + ")",
-           fmt::format("the backend failed on {} consecutive batches; last error: {}", failed_batches, last_error),
+           fmt::format("the backend failed on {} consecutive batches; last error: {}", failed_batches,
+                       last_error),
            "check the server, then rerun the same command: the " + std::to_string(sum.resumed + sum.scored) +
                " samples scored so far are kept in " + journal_path);
   }
   sum.wall_s = seconds_since(t0);
   sum.last_error = last_error;
   if (log && sum.failed > 0)
-    *log << fmt::format("{}: {} samples failed and are left out (last error: {}); rerun to retry them\n", opt.what,
-                        sum.failed, last_error);
+    *log << fmt::format("{}: {} samples failed and are left out (last error: {}); rerun to retry them\n",
+                        opt.what, sum.failed, last_error);
   return sum;
 }
 

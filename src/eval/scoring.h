@@ -49,14 +49,15 @@ struct ScoringSummary {
 // The identity of a run: model name, the backend's identity (Backend::identity(): kind, weights hash
 // or server model, options that change answers), the layout fingerprint and the scoring options.
 JournalIdentity scoring_identity(const std::string& model, const Backend& backend, const std::string& layout,
-                                const std::string& scoring);
+                                 const std::string& scoring);
 
 // Refuses (Error) a journal whose identity differs from `want`, or that holds samples but no identity.
-void scoring_check_identity(const JournalLoad& jl, const JournalIdentity& want, const std::string& journal_path);
+void scoring_check_identity(const JournalLoad& jl, const JournalIdentity& want,
+                            const std::string& journal_path);
 
 // Score samples 0..n-1 into journal_path (its folder must exist). Throws Error when the journal belongs
 // to another run or design, or the backend keeps failing (the journal is kept).
 ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<ScoringSample(int64_t)>& render,
-                         const std::string& journal_path, const ScoringOptions& opt);
+                           const std::string& journal_path, const ScoringOptions& opt);
 
 }  // namespace phasescope

@@ -2,7 +2,6 @@
 // the report: explain_report.h). Shapes: prompts [B, T] (one length per layout), head outputs
 // o [B, T, H, D], gate weights alpha [B, N, W, Hkv, C] (C = 1 scalar gates, D vector gates / channels).
 #include "explain/explain.h"
-#include "explain/explain_report.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -12,8 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <unordered_map>
 #include <ostream>
+#include <unordered_map>
 
 #include "attention/attention.h"
 #include "core/check.h"
@@ -22,6 +21,7 @@
 #include "eval/model_backend.h"
 #include "eval/runner.h"
 #include "eval/stats.h"
+#include "explain/explain_report.h"
 #include "model/load.h"
 #include "model/model.h"
 #include "report/document.h"
@@ -72,12 +72,14 @@ static torch::Tensor batch_tokens(const LayoutDesign& d, size_t from, size_t to)
 PhaseAccuracy explain_accuracy(Backend& backend, const LayoutDesign& design, int S, const std::string& model,
                                const std::string& condition, const std::string& journal_path, bool fresh,
                                std::vector<int>* correct) {
-  const ScoringSummary sum = eval_score_layout(backend, design, model,
-                                              "protocol " + pad_protocol_name(design.spec.protocol) + "; explain " + condition,
-                                              journal_path, fresh, nullptr);
+  const ScoringSummary sum =
+      eval_score_layout(backend, design, model,
+                        "protocol " + pad_protocol_name(design.spec.protocol) + "; explain " + condition,
+                        journal_path, fresh, nullptr);
   const std::vector<JournalRecord> records = journal_load(journal_path).records;
   if (sum.failed > 0)
-    fail("explain " + model + " (" + condition + ")", fmt::format("{} samples failed: {}", sum.failed, sum.last_error),
+    fail("explain " + model + " (" + condition + ")",
+         fmt::format("{} samples failed: {}", sum.failed, sum.last_error),
          "rerun the same command: the scored samples are kept in " + journal_path);
   if (correct) {
     std::unordered_map<int64_t, int> ok;
@@ -99,7 +101,7 @@ std::vector<torch::Tensor> head_means(DecoderImpl& model, const LayoutDesign& ca
   std::vector<torch::Tensor> sum(static_cast<size_t>(L));
   for (int l = 0; l < L; ++l)
     model.attention(l)->set_head_hook([&sum, l](const torch::Tensor& o) {
-      auto last = o.select(1, o.size(1) - 1).sum(0);                                   // [H, D]
+      auto last = o.select(1, o.size(1) - 1).sum(0);  // [H, D]
       sum[size_t(l)] = sum[size_t(l)].defined() ? sum[size_t(l)] + last : last;
       return o;
     });
@@ -122,8 +124,10 @@ std::vector<GateStats> gate_stats(DecoderImpl& model, const LayoutDesign& calib,
     std::vector<AttnTrace> traces;
     model.hidden(batch_tokens(calib, i, std::min(calib.samples.size(), i + size_t(batch))), 0, &traces);
     for (int l = 0; l < L; ++l) {
-      if (traces[size_t(l)].gate_alpha.defined()) k[size_t(l)].push_back(traces[size_t(l)].gate_alpha.to(torch::kFloat64));
-      if (traces[size_t(l)].gate_alpha_v.defined()) v[size_t(l)].push_back(traces[size_t(l)].gate_alpha_v.to(torch::kFloat64));
+      if (traces[size_t(l)].gate_alpha.defined())
+        k[size_t(l)].push_back(traces[size_t(l)].gate_alpha.to(torch::kFloat64));
+      if (traces[size_t(l)].gate_alpha_v.defined())
+        v[size_t(l)].push_back(traces[size_t(l)].gate_alpha_v.to(torch::kFloat64));
     }
   }
   std::vector<GateStats> out;
@@ -133,9 +137,9 @@ std::vector<GateStats> gate_stats(DecoderImpl& model, const LayoutDesign& calib,
     for (int b = 0; b < 2; ++b) {
       auto& parts = b == 0 ? k[size_t(l)] : v[size_t(l)];
       if (parts.empty()) continue;
-      auto a = torch::cat(parts, 0);                                                   // [B, N, W, Hkv, C]
+      auto a = torch::cat(parts, 0);  // [B, N, W, Hkv, C]
       const int64_t W = a.size(2), Hkv = a.size(3), C = a.size(4);
-      a = a.permute({3, 4, 0, 1, 2}).reshape({Hkv, C, -1, W}).contiguous();              // [Hkv, C, windows, W]
+      a = a.permute({3, 4, 0, 1, 2}).reshape({Hkv, C, -1, W}).contiguous();  // [Hkv, C, windows, W]
       auto acc = a.accessor<double, 4>();
       for (int64_t h = 0; h < Hkv; ++h) {
         GateStats g;
@@ -174,7 +178,8 @@ ExplainResults explain_run(const Decoder& model_holder, const Preset& preset, co
   r.model = preset.name;
   r.S = display_stride(preset);
   if (opt.R <= 0 || opt.R % r.S != 0)
-    fail(fmt::format("explain --R {}", opt.R), fmt::format("R must be a positive multiple of the model's stride {}", r.S),
+    fail(fmt::format("explain --R {}", opt.R),
+         fmt::format("R must be a positive multiple of the model's stride {}", r.S),
          fmt::format("pass --R {} (or another multiple of {})", r.S * ((24 + r.S - 1) / r.S), r.S));
   io_make_dirs(out_dir + "/journals");
 
@@ -194,19 +199,21 @@ ExplainResults explain_run(const Decoder& model_holder, const Preset& preset, co
   EvalOptions eo = eval_options_for(preset, opt.protocol, opt.samples, opt.R, opt.seed);
   const LayoutDesign design = layout_build(eo.layout);
   EvalOptions co = eval_options_for(preset, opt.protocol, opt.calib_samples, opt.R, opt.seed + 7919);
-  co.layout.tol_mean = co.layout.tol_sd = INFINITY;  // calibration averages over all phases: no balance needed
+  co.layout.tol_mean = co.layout.tol_sd =
+      INFINITY;  // calibration averages over all phases: no balance needed
   const LayoutDesign calib = layout_build(co.layout);
   r.samples = int64_t(design.samples.size());
   r.calib_samples = int64_t(calib.samples.size());
 
   auto accuracy = [&](const std::string& condition, const std::string& file) {
-    return explain_accuracy(backend, design, r.S, r.model, condition, out_dir + "/journals/" + file + ".jsonl",
-                            opt.fresh);
+    return explain_accuracy(backend, design, r.S, r.model, condition,
+                            out_dir + "/journals/" + file + ".jsonl", opt.fresh);
   };
 
   // clean accuracy per phase
   r.clean = accuracy("clean", "clean");
-  say(fmt::format("explain {}: clean accuracy {:.1f}% over {} prompts\n", r.model, 100 * r.clean.mean, r.samples));
+  say(fmt::format("explain {}: clean accuracy {:.1f}% over {} prompts\n", r.model, 100 * r.clean.mean,
+                  r.samples));
 
   // knockouts: each layer, and each KV head's query-head group where a layer has several
   const auto means = head_means(model, calib, opt.batch);
@@ -221,15 +228,17 @@ ExplainResults explain_run(const Decoder& model_holder, const Preset& preset, co
       k.label = g < 0 ? fmt::format("L{}", l) : fmt::format("L{}.kv{}", l, g);
       const int G = H / kvh, h0 = g < 0 ? 0 : g * G, h1 = g < 0 ? H : (g + 1) * G;
       for (int h = h0; h < h1; ++h) k.heads.push_back(h);
-      const torch::Tensor mean = means[size_t(l)].slice(0, h0, h1);                     // [h1 - h0, D]
+      const torch::Tensor mean = means[size_t(l)].slice(0, h0, h1);  // [h1 - h0, D]
       model.attention(l)->set_head_hook([mean, h0, h1](const torch::Tensor& o) {
         auto p = o.clone();
         p.index_put_({Slice(), p.size(1) - 1, Slice(h0, h1)}, mean.to(o.dtype()));
         return p;
       });
-      k.acc = accuracy(fmt::format("knockout {} (heads {}-{} mean-replaced at the final position; calibration seed {}, "
-                                   "{} prompts)", k.label, h0, h1 - 1, opt.seed + 7919, calib.samples.size()),
-                       "knockout-" + k.label);
+      k.acc = accuracy(
+          fmt::format("knockout {} (heads {}-{} mean-replaced at the final position; calibration seed {}, "
+                      "{} prompts)",
+                      k.label, h0, h1 - 1, opt.seed + 7919, calib.samples.size()),
+          "knockout-" + k.label);
       model.attention(l)->set_head_hook(nullptr);
       for (int s = 0; s < r.S; ++s) {
         const double c = r.clean.acc[size_t(s)];

@@ -33,39 +33,39 @@ class Decoder;
 class Backend;
 
 struct ExplainOptions {
-  int64_t samples = 480;          // evaluation prompts (whole paired blocks of R)
-  int64_t calib_samples = 96;     // calibration prompts (another seed): head means, gate statistics
-  int R = 24;                     // layout residues (a multiple of every S in use); results fold to r % S
+  int64_t samples = 480;       // evaluation prompts (whole paired blocks of R)
+  int64_t calib_samples = 96;  // calibration prompts (another seed): head means, gate statistics
+  int R = 24;                  // layout residues (a multiple of every S in use); results fold to r % S
   PadProtocol protocol = PadProtocol::Prefix;
-  uint64_t seed = 1;              // evaluation layout; calibration uses seed + 7919
+  uint64_t seed = 1;  // evaluation layout; calibration uses seed + 7919
   std::vector<int> deltas = {-3, -2, -1, 1, 2, 3};
   int batch = 16;
-  bool fresh = false;             // start every condition's journal over (else resume those of this model)
-  bool report = true;             // PNGs + report.html (needs gnuplot)
+  bool fresh = false;  // start every condition's journal over (else resume those of this model)
+  bool report = true;  // PNGs + report.html (needs gnuplot)
   std::ostream* log = nullptr;
 };
 
 struct KnockoutRow {
-  std::string label;              // "L0" or "L0.kv1"
-  int layer = 0, kv_head = -1;    // kv_head -1: every head of the layer
-  std::vector<int> heads;         // query heads replaced
+  std::string label;            // "L0" or "L0.kv1"
+  int layer = 0, kv_head = -1;  // kv_head -1: every head of the layer
+  std::vector<int> heads;       // query heads replaced
   PhaseAccuracy acc;
-  std::vector<double> rel;        // (S) 100 x (knockout - clean) / clean; NaN where clean is 0
+  std::vector<double> rel;  // (S) 100 x (knockout - clean) / clean; NaN where clean is 0
 };
 
 struct GateStats {
   int layer = 0;
-  std::string branch;             // "k", "v" or "kv"
+  std::string branch;  // "k", "v" or "kv"
   int kv_head = 0;
   int W = 0, S = 0;
-  double static_conc = 0;         // exp(H(E[alpha])), averaged over channels for vector gates
-  double window_conc = 0;         // E[exp(H(alpha))]
-  std::vector<double> profile;    // (S) g(r)
-  int peak = 0;                   // argmax_r g(r)
+  double static_conc = 0;       // exp(H(E[alpha])), averaged over channels for vector gates
+  double window_conc = 0;       // E[exp(H(alpha))]
+  std::vector<double> profile;  // (S) g(r)
+  int peak = 0;                 // argmax_r g(r)
 };
 
 struct CyclingRow {
-  int layer = -1;                 // -1: every W = S chunked layer rolled together
+  int layer = -1;  // -1: every W = S chunked layer rolled together
   int delta = 0;
   PhaseAccuracy acc;
   std::vector<double> predicted;  // (S) A_0((r - delta) mod S)
@@ -80,7 +80,7 @@ struct ExplainResults {
   std::vector<KnockoutRow> knockouts;
   std::vector<GateStats> gates;
   std::vector<CyclingRow> cycling;
-  std::string cycling_note;       // why cycling was skipped, if it was
+  std::string cycling_note;  // why cycling was skipped, if it was
 };
 
 // Run all three instruments and write into out_dir: explain.json, knockout.csv, gates.csv,

@@ -3,10 +3,9 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "core/io.h"
 #include "report/document.h"
@@ -19,7 +18,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string num(double v, const char* f = "{:.1f}") { return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : "—"; }
+std::string num(double v, const char* f = "{:.1f}") {
+  return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : "—";
+}
 
 json nan_array(const std::vector<double>& v) {
   json j = json::array();
@@ -38,7 +39,6 @@ json phase_json(const PhaseAccuracy& a) {
   return j;
 }
 
-
 }  // namespace
 
 void explain_write_outputs(const ExplainResults& r, const std::string& out_dir) {
@@ -49,39 +49,60 @@ void explain_write_outputs(const ExplainResults& r, const std::string& out_dir) 
   j["calib_samples"] = r.calib_samples;
   j["clean"] = phase_json(r.clean);
   for (const auto& k : r.knockouts)
-    j["knockouts"].push_back({{"label", k.label}, {"layer", k.layer}, {"kv_head", k.kv_head}, {"heads", k.heads},
-                              {"acc", phase_json(k.acc)}, {"rel_change_pct", nan_array(k.rel)}});
+    j["knockouts"].push_back({{"label", k.label},
+                              {"layer", k.layer},
+                              {"kv_head", k.kv_head},
+                              {"heads", k.heads},
+                              {"acc", phase_json(k.acc)},
+                              {"rel_change_pct", nan_array(k.rel)}});
   for (const auto& g : r.gates)
-    j["gates"].push_back({{"layer", g.layer}, {"branch", g.branch}, {"kv_head", g.kv_head}, {"W", g.W}, {"S", g.S},
-                          {"static_concentration", g.static_conc}, {"window_concentration", g.window_conc},
-                          {"profile", g.profile}, {"peak", g.peak}});
+    j["gates"].push_back({{"layer", g.layer},
+                          {"branch", g.branch},
+                          {"kv_head", g.kv_head},
+                          {"W", g.W},
+                          {"S", g.S},
+                          {"static_concentration", g.static_conc},
+                          {"window_concentration", g.window_conc},
+                          {"profile", g.profile},
+                          {"peak", g.peak}});
   for (const auto& c : r.cycling)
-    j["cycling"].push_back({{"layer", c.layer}, {"delta", c.delta}, {"acc", phase_json(c.acc)},
-                            {"predicted", nan_array(c.predicted)}, {"r2", std::isfinite(c.r2) ? json(c.r2) : json(nullptr)},
-                            {"r2_no_boundary", std::isfinite(c.r2_no_boundary) ? json(c.r2_no_boundary) : json(nullptr)}});
+    j["cycling"].push_back(
+        {{"layer", c.layer},
+         {"delta", c.delta},
+         {"acc", phase_json(c.acc)},
+         {"predicted", nan_array(c.predicted)},
+         {"r2", std::isfinite(c.r2) ? json(c.r2) : json(nullptr)},
+         {"r2_no_boundary", std::isfinite(c.r2_no_boundary) ? json(c.r2_no_boundary) : json(nullptr)}});
   j["cycling_note"] = r.cycling_note;
   io_write_atomic(out_dir + "/explain.json", j.dump(1) + "\n");
 
-  std::string csv = "row,layer,kv_head,phase,n,clean_acc,clean_lo,clean_hi,knockout_acc,knockout_lo,knockout_hi,rel_change_pct\n";
+  std::string csv =
+      "row,layer,kv_head,phase,n,clean_acc,clean_lo,clean_hi,knockout_acc,knockout_lo,knockout_hi,rel_change_"
+      "pct\n";
   for (const auto& k : r.knockouts)
     for (size_t p = 0; p < size_t(r.S); ++p)
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", k.label, k.layer, k.kv_head, p, k.acc.n[p], r.clean.acc[p],
-                         r.clean.lo[p], r.clean.hi[p], k.acc.acc[p], k.acc.lo[p], k.acc.hi[p],
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", k.label, k.layer, k.kv_head, p, k.acc.n[p],
+                         r.clean.acc[p], r.clean.lo[p], r.clean.hi[p], k.acc.acc[p], k.acc.lo[p], k.acc.hi[p],
                          std::isfinite(k.rel[p]) ? fmt::format("{}", k.rel[p]) : "");
   io_write_atomic(out_dir + "/knockout.csv", csv);
   csv = "layer,branch,kv_head,W,S,static_concentration,window_concentration,peak";
-  const int maxS = r.gates.empty() ? 0 : std::max_element(r.gates.begin(), r.gates.end(), [](auto& a, auto& b) { return a.S < b.S; })->S;
+  const int maxS =
+      r.gates.empty()
+          ? 0
+          : std::max_element(r.gates.begin(), r.gates.end(), [](auto& a, auto& b) { return a.S < b.S; })->S;
   for (int p = 0; p < maxS; ++p) csv += fmt::format(",g{}", p);
   csv += "\n";
   for (const auto& g : r.gates) {
-    csv += fmt::format("{},{},{},{},{},{},{},{}", g.layer, g.branch, g.kv_head, g.W, g.S, g.static_conc, g.window_conc, g.peak);
+    csv += fmt::format("{},{},{},{},{},{},{},{}", g.layer, g.branch, g.kv_head, g.W, g.S, g.static_conc,
+                       g.window_conc, g.peak);
     for (int p = 0; p < maxS; ++p) csv += p < g.S ? fmt::format(",{}", g.profile[size_t(p)]) : ",";
     csv += "\n";
   }
   io_write_atomic(out_dir + "/gates.csv", csv);
   csv = "delta,phase,acc,predicted\n";
   for (const auto& c : r.cycling)
-    for (int p = 0; p < r.S; ++p) csv += fmt::format("{},{},{},{}\n", c.delta, p, c.acc.acc[size_t(p)], c.predicted[size_t(p)]);
+    for (int p = 0; p < r.S; ++p)
+      csv += fmt::format("{},{},{},{}\n", c.delta, p, c.acc.acc[size_t(p)], c.predicted[size_t(p)]);
   io_write_atomic(out_dir + "/cycling.csv", csv);
 }
 
@@ -123,7 +144,8 @@ void draw(const ExplainResults& r, const std::string& out_dir) {
       for (const auto& g : r.gates) {
         if (g.layer != l) continue;
         PlotSeries s;
-        s.title = fmt::format("{} kv{} (static {:.2f}, window {:.2f})", g.branch, g.kv_head, g.static_conc, g.window_conc);
+        s.title = fmt::format("{} kv{} (static {:.2f}, window {:.2f})", g.branch, g.kv_head, g.static_conc,
+                              g.window_conc);
         for (int q = 0; q < g.S; ++q) {
           s.x.push_back(q);
           s.y.push_back(g.profile[size_t(q)]);
@@ -148,7 +170,8 @@ void draw(const ExplainResults& r, const std::string& out_dir) {
     fig.title = r.model + ": gate cycling, A_delta(r) (solid) vs A_0((r - delta) mod S) (dashed)";
     for (const auto& c : r.cycling) {
       PlotPanel p;
-      p.title = fmt::format("delta {:+d}: R^2 {} (without boundary {})", c.delta, num(c.r2, "{:.2f}"), num(c.r2_no_boundary, "{:.2f}"));
+      p.title = fmt::format("delta {:+d}: R^2 {} (without boundary {})", c.delta, num(c.r2, "{:.2f}"),
+                            num(c.r2_no_boundary, "{:.2f}"));
       p.xlabel = "phase r";
       p.ylabel = "accuracy";
       p.ymin = 0;
@@ -183,19 +206,22 @@ void draw(const ExplainResults& r, const std::string& out_dir) {
 }  // namespace
 
 std::string explain_summary(const ExplainResults& r) {
-  std::string s = fmt::format("{}: {} evaluation prompts, {} calibration prompts, S = {}\n", r.model, r.samples, r.calib_samples, r.S);
+  std::string s = fmt::format("{}: {} evaluation prompts, {} calibration prompts, S = {}\n", r.model,
+                              r.samples, r.calib_samples, r.S);
   s += "accuracy per phase (clean)      ";
   for (double v : r.clean.acc) s += fmt::format("{:>7}", num(100 * v));
   s += fmt::format("   mean {:.1f}%\n", 100 * r.clean.mean);
   s += "knockout: % change per phase\n";
   for (const auto& k : r.knockouts) {
-    s += fmt::format("  {:<30}", k.label + " (heads " + std::to_string(k.heads.front()) + "-" + std::to_string(k.heads.back()) + ")");
+    s += fmt::format("  {:<30}", k.label + " (heads " + std::to_string(k.heads.front()) + "-" +
+                                     std::to_string(k.heads.back()) + ")");
     for (double v : k.rel) s += fmt::format("{:>7}", num(v, "{:+.0f}"));
     s += fmt::format("   acc {:.1f}%\n", 100 * k.acc.mean);
   }
   s += "gates: static / per-window concentration (1 = one-hot .. W = uniform), profile g(r)\n";
   for (const auto& g : r.gates) {
-    s += fmt::format("  L{} {:<2} kv{}  W={} {:>5.2f} {:>5.2f}  g:", g.layer, g.branch, g.kv_head, g.W, g.static_conc, g.window_conc);
+    s += fmt::format("  L{} {:<2} kv{}  W={} {:>5.2f} {:>5.2f}  g:", g.layer, g.branch, g.kv_head, g.W,
+                     g.static_conc, g.window_conc);
     for (double v : g.profile) s += fmt::format(" {:.2f}", v);
     s += fmt::format("  peak {}\n", g.peak);
   }
@@ -203,19 +229,24 @@ std::string explain_summary(const ExplainResults& r) {
   for (const auto& c : r.cycling) {
     s += fmt::format("cycling delta {:+d}: acc", c.delta);
     for (double v : c.acc.acc) s += fmt::format("{:>6}", num(100 * v, "{:.0f}"));
-    s += fmt::format("  R^2 {} (without boundary phase {})\n", num(c.r2, "{:.2f}"), num(c.r2_no_boundary, "{:.2f}"));
+    s += fmt::format("  R^2 {} (without boundary phase {})\n", num(c.r2, "{:.2f}"),
+                     num(c.r2_no_boundary, "{:.2f}"));
   }
   return s;
 }
 
-ReportSection explain_report_section(const ExplainResults& r, const std::string& out_dir, const std::string& id) {
+ReportSection explain_report_section(const ExplainResults& r, const std::string& out_dir,
+                                     const std::string& id) {
   ReportSection sec;
   sec.id = id;
   sec.title = "Why: knockouts, gate profiles, gate cycling (" + r.model + ")";
   std::string h;
-  h += "<p>" + html_escape(fmt::format("{} evaluation prompts (lookup layout, phases balanced), {} calibration prompts "
-                                       "from another seed. Phase r = target position mod {}.",
-                                       r.samples, r.calib_samples, r.S)) + "</p>";
+  h += "<p>" +
+       html_escape(
+           fmt::format("{} evaluation prompts (lookup layout, phases balanced), {} calibration prompts "
+                       "from another seed. Phase r = target position mod {}.",
+                       r.samples, r.calib_samples, r.S)) +
+       "</p>";
   std::vector<std::string> head = {"row"};
   for (int p = 0; p < r.S; ++p) head.push_back("r=" + std::to_string(p));
   head.push_back("mean");
@@ -238,9 +269,11 @@ ReportSection explain_report_section(const ExplainResults& r, const std::string&
     std::string prof;
     for (double v : g.profile) prof += fmt::format("{}{:.2f}", prof.empty() ? "" : " ", v);
     grows.push_back({fmt::format("L{}", g.layer), g.branch, std::to_string(g.kv_head), std::to_string(g.W),
-                     fmt::format("{:.2f}", g.static_conc), fmt::format("{:.2f}", g.window_conc), prof, std::to_string(g.peak)});
+                     fmt::format("{:.2f}", g.static_conc), fmt::format("{:.2f}", g.window_conc), prof,
+                     std::to_string(g.peak)});
   }
-  h += html_table({"layer", "branch", "kv head", "W", "static conc.", "per-window conc.", "profile g(r)", "peak"}, grows);
+  h += html_table(
+      {"layer", "branch", "kv head", "W", "static conc.", "per-window conc.", "profile g(r)", "peak"}, grows);
   h += html_png(out_dir + "/gate_profiles.png", "gate profiles");
   h += "<h3>Gate cycling</h3>";
   if (r.cycling.empty()) {
@@ -248,7 +281,8 @@ ReportSection explain_report_section(const ExplainResults& r, const std::string&
   } else {
     std::vector<std::vector<std::string>> crows;
     for (const auto& c : r.cycling)
-      crows.push_back({fmt::format("{:+d}", c.delta), num(100 * c.acc.mean), num(c.r2, "{:.2f}"), num(c.r2_no_boundary, "{:.2f}")});
+      crows.push_back({fmt::format("{:+d}", c.delta), num(100 * c.acc.mean), num(c.r2, "{:.2f}"),
+                       num(c.r2_no_boundary, "{:.2f}")});
     h += html_table({"delta", "mean accuracy %", "R^2", "R^2 without boundary phase"}, crows);
     h += html_png(out_dir + "/cycling.png", "gate cycling");
   }

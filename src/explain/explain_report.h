@@ -16,7 +16,8 @@ void explain_write_outputs(const ExplainResults& r, const std::string& out_dir);
 void explain_write_report(const ExplainResults& r, const std::string& out_dir);
 
 // The report section, PNGs embedded; out_dir holds the PNGs written by explain_run.
-ReportSection explain_report_section(const ExplainResults& r, const std::string& out_dir, const std::string& id = "explain");
+ReportSection explain_report_section(const ExplainResults& r, const std::string& out_dir,
+                                     const std::string& id = "explain");
 std::string explain_summary(const ExplainResults& r);  // the text table printed at the end
 
 }  // namespace phasescope

@@ -41,7 +41,8 @@ std::vector<double> gate_profile(const std::vector<std::vector<double>>& windows
   return g;
 }
 
-double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted, const std::vector<int>& skip) {
+double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted,
+                 const std::vector<int>& skip) {
   PS_ASSERT(observed.size() == predicted.size(), "r_squared: sizes differ");
   std::vector<size_t> keep;
   for (size_t i = 0; i < observed.size(); ++i)

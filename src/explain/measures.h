@@ -11,19 +11,21 @@ namespace phasescope {
 struct JournalRecord;
 
 struct PhaseAccuracy {
-  std::vector<double> acc;        // (S) fraction correct per phase
-  std::vector<double> lo, hi;     // (S) its 95% Wilson interval
-  std::vector<int64_t> n;         // (S) prompts per phase
-  double mean = 0;                // over all prompts
+  std::vector<double> acc;     // (S) fraction correct per phase
+  std::vector<double> lo, hi;  // (S) its 95% Wilson interval
+  std::vector<int64_t> n;      // (S) prompts per phase
+  double mean = 0;             // over all prompts
 };
 
 // windows: (n) gate weight vectors over the W offsets of one entry, each summing to 1.
 double gate_static_concentration(const std::vector<std::vector<double>>& windows);  // exp(H(mean))
 double gate_window_concentration(const std::vector<std::vector<double>>& windows);  // mean exp(H)
-std::vector<double> gate_profile(const std::vector<std::vector<double>>& windows, int S);  // (S), offset i -> i % S
+std::vector<double> gate_profile(const std::vector<std::vector<double>>& windows,
+                                 int S);  // (S), offset i -> i % S
 
 // 1 - SS_res / SS_tot of observed vs predicted, over the indices not in `skip`.
-double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted, const std::vector<int>& skip = {});
+double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted,
+                 const std::vector<int>& skip = {});
 
 // Accuracy per phase of scored journal records (top-1 == expected), with 95% Wilson intervals.
 PhaseAccuracy phase_accuracy(const std::vector<JournalRecord>& records, int S);

@@ -3,12 +3,11 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/io.h"
@@ -31,7 +30,8 @@ double exp_entropy(const std::vector<double>& p) {
 }  // namespace
 
 V4GateProfile v4_gate_profile(const std::vector<double>& ape, int m, int kappa) {
-  PS_ASSERT(m > 0 && (kappa == 1 || kappa == 2) && ape.size() % size_t(m * kappa) == 0, "v4_gate_profile: ape shape");
+  PS_ASSERT(m > 0 && (kappa == 1 || kappa == 2) && ape.size() % size_t(m * kappa) == 0,
+            "v4_gate_profile: ape shape");
   const int d = int(ape.size()) / (m * kappa), W = kappa * m;
   V4GateProfile r;
   r.ratio = m;
@@ -95,25 +95,35 @@ std::vector<V4GateProfile> v4_gates(V4Checkpoint& ck) {
   return rows;
 }
 
-std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProfile>& rows, const std::string& out_dir) {
+std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProfile>& rows,
+                            const std::string& out_dir) {
   std::filesystem::create_directories(out_dir);
   json j;
   j["checkpoint"] = ck.dir;
   j["layout"] = v4_layout_name(ck.layout);
-  j["what"] = "static gate preferences from the compressors' offset biases (ape): per channel softmax over "
-              "the entry's slots, averaged; g = W * alpha (1 = uniform); slot k covers phase k mod ratio";
+  j["what"] =
+      "static gate preferences from the compressors' offset biases (ape): per channel softmax over "
+      "the entry's slots, averaged; g = W * alpha (1 = uniform); slot k covers phase k mod ratio";
   j["layers"] = json::array();
   std::string csv = "layer,branch,ratio,slot,phase,alpha,g,argmax_share\n";
-  std::string out = fmt::format("{:<6} {:<8} {:>5} {:>5} {:>8} {:>8}  {:<22} {}\n", "layer", "branch", "ratio", "slots",
-                                "static", "channel", "favoured slot (g)", "g per slot (phase = slot mod ratio)");
+  std::string out =
+      fmt::format("{:<6} {:<8} {:>5} {:>5} {:>8} {:>8}  {:<22} {}\n", "layer", "branch", "ratio", "slots",
+                  "static", "channel", "favoured slot (g)", "g per slot (phase = slot mod ratio)");
   for (const auto& r : rows) {
-    j["layers"].push_back({{"layer", r.layer}, {"branch", r.branch}, {"ratio", r.ratio}, {"slots", r.slots},
-                           {"channels", r.channels}, {"alpha", r.alpha}, {"g", r.g}, {"argmax_share", r.argmax_share},
+    j["layers"].push_back({{"layer", r.layer},
+                           {"branch", r.branch},
+                           {"ratio", r.ratio},
+                           {"slots", r.slots},
+                           {"channels", r.channels},
+                           {"alpha", r.alpha},
+                           {"g", r.g},
+                           {"argmax_share", r.argmax_share},
                            {"static_concentration", r.static_concentration},
-                           {"channel_concentration", r.channel_concentration}, {"favoured", r.favoured}});
+                           {"channel_concentration", r.channel_concentration},
+                           {"favoured", r.favoured}});
     for (int k = 0; k < r.slots; ++k)
-      csv += fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6g}\n", r.layer, r.branch, r.ratio, k, k % r.ratio, r.alpha[k],
-                         r.g[k], r.argmax_share[k]);
+      csv += fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6g}\n", r.layer, r.branch, r.ratio, k, k % r.ratio,
+                         r.alpha[k], r.g[k], r.argmax_share[k]);
     std::string fav;
     for (int k : r.favoured) fav += fmt::format("{}({:.2f}) ", k, r.g[k]);
     if (fav.empty()) fav = "none";
@@ -121,8 +131,8 @@ std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProf
     const int shown = std::min(r.slots, 16);
     for (int k = 0; k < shown; ++k) gs += fmt::format("{:5.2f}", r.g[k]);
     if (shown < r.slots) gs += fmt::format(" ... ({} slots in gates.csv)", r.slots);
-    out += fmt::format("{:<6} {:<8} {:>5} {:>5} {:>8.2f} {:>8.2f}  {:<22} {}\n", r.layer, r.branch, r.ratio, r.slots,
-                       r.static_concentration, r.channel_concentration, fav, gs);
+    out += fmt::format("{:<6} {:<8} {:>5} {:>5} {:>8.2f} {:>8.2f}  {:<22} {}\n", r.layer, r.branch, r.ratio,
+                       r.slots, r.static_concentration, r.channel_concentration, fav, gs);
   }
   out += "static = exp(H(mean alpha)), channel = mean exp(H(alpha_c)); 1 = one slot .. slots = uniform\n";
   io_write_atomic(out_dir + "/gates.json", j.dump(2) + "\n");
@@ -144,7 +154,8 @@ std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProf
   }
   for (auto& [slots, p] : panels) {
     const std::string png = fmt::format("{}/gates_w{}.png", out_dir, slots);
-    const int width = std::max(600, std::min(2400, 80 + 40 * slots)), height = std::max(300, 60 + 28 * int(p.heat.size()));
+    const int width = std::max(600, std::min(2400, 80 + 40 * slots)),
+              height = std::max(300, 60 + 28 * int(p.heat.size()));
     plot_render(p, png, width, height);
     out += "heatmap: " + png + "\n";
   }

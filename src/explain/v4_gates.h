@@ -24,10 +24,10 @@ namespace phasescope {
 
 struct V4GateProfile {
   int layer = 0;
-  std::string branch;   // "kv" (the layer's compressor) or "indexer" (the indexer's compressor)
-  int ratio = 0;        // m
-  int slots = 0;        // W = m, or 2m with overlap
-  int channels = 0;     // d (per half)
+  std::string branch;                // "kv" (the layer's compressor) or "indexer" (the indexer's compressor)
+  int ratio = 0;                     // m
+  int slots = 0;                     // W = m, or 2m with overlap
+  int channels = 0;                  // d (per half)
   std::vector<double> alpha;         // [W] mean softmax over channels
   std::vector<double> g;             // [W] W * alpha
   std::vector<double> argmax_share;  // [W]
@@ -44,6 +44,7 @@ std::vector<V4GateProfile> v4_gates(V4Checkpoint& ck);
 
 // Writes gates.json, gates.csv and one heatmap per slot count (gates_w{W}.png: rows = layer and
 // branch, columns = slots, cells = g) into out_dir; returns the terminal table.
-std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProfile>& rows, const std::string& out_dir);
+std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProfile>& rows,
+                            const std::string& out_dir);
 
 }  // namespace phasescope

@@ -8,8 +8,8 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <ctime>
 
@@ -32,9 +32,7 @@ std::string excerpt(const std::string& s, size_t n = 200) {
   return out;
 }
 
-bool retryable_status(int status) {
-  return status == 408 || status == 409 || status == 429 || status >= 500;
-}
+bool retryable_status(int status) { return status == 408 || status == 409 || status == 429 || status >= 500; }
 
 }  // namespace
 
@@ -51,7 +49,8 @@ struct HttpPool::Client {
 };
 
 HttpEndpoint http_endpoint_parse(const std::string& base_url) {
-  const std::string fix = "write the base URL as http://host:port (optionally with a path, e.g. http://host:8000/v1)";
+  const std::string fix =
+      "write the base URL as http://host:port (optionally with a path, e.g. http://host:8000/v1)";
   std::string u = base_url;
   size_t scheme_end = u.find("://");
   if (scheme_end == std::string::npos) fail("--base-url '" + base_url + "'", "no scheme", fix);
@@ -129,15 +128,16 @@ std::string HttpPool::scrub(std::string text) const {
 std::string HttpPool::describe() const {
   std::string urls;
   for (const EndpointState& e : endpoints_) urls += (urls.empty() ? "" : ", ") + e.ep.url();
-  return fmt::format("{} ({} endpoint{}, <= {} in flight, timeout {} s, {} retries{})", urls, endpoints_.size(),
-                     endpoints_.size() == 1 ? "" : "s", opt_.concurrency, opt_.timeout_s, opt_.retries,
-                     api_key_.empty() ? "" : ", API key from $" + opt_.api_key_env);
+  return fmt::format("{} ({} endpoint{}, <= {} in flight, timeout {} s, {} retries{})", urls,
+                     endpoints_.size(), endpoints_.size() == 1 ? "" : "s", opt_.concurrency, opt_.timeout_s,
+                     opt_.retries, api_key_.empty() ? "" : ", API key from $" + opt_.api_key_env);
 }
 
 std::vector<HttpEndpointStats> HttpPool::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<HttpEndpointStats> out;
-  for (const EndpointState& e : endpoints_) out.push_back({e.ep.url(), e.requests, e.failures, e.rests, scrub(e.last_failure)});
+  for (const EndpointState& e : endpoints_)
+    out.push_back({e.ep.url(), e.requests, e.failures, e.rests, scrub(e.last_failure)});
   return out;
 }
 
@@ -192,7 +192,8 @@ void HttpPool::record(size_t e, bool ok, double retry_after_s, const std::string
   st.last_failure = why;
   const auto now = Clock::now();
   if (retry_after_s >= 0)
-    st.not_before = std::max(st.not_before, now + std::chrono::microseconds(static_cast<int64_t>(retry_after_s * 1e6)));
+    st.not_before =
+        std::max(st.not_before, now + std::chrono::microseconds(static_cast<int64_t>(retry_after_s * 1e6)));
   // rest after rest_after consecutive failures; requests that were in flight when a rest began and
   // fail during it are counted but do not lengthen it (one outage seen by 64 requests is one rest)
   if (++st.consecutive_failures >= opt_.rest_after && now >= st.rested_until) {
@@ -237,7 +238,8 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
       req.set_header("Content-Type", "application/json");
       req.body = body;
     }
-    const auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(opt_.timeout_s * 1e6));
+    const auto deadline =
+        Clock::now() + std::chrono::microseconds(static_cast<int64_t>(opt_.timeout_s * 1e6));
     req.progress = [deadline](uint64_t, uint64_t) { return Clock::now() < deadline; };
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
@@ -263,8 +265,9 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
       reply.status = 0;
       reply.body.clear();
       const bool timed_out = err == httplib::Error::Canceled || Clock::now() >= deadline;
-      reply.error = timed_out ? fmt::format("no reply from {} within {} s (timeout)", ep.url(), opt_.timeout_s)
-                              : fmt::format("no reply from {} ({})", ep.url(), httplib::to_string(err));
+      reply.error = timed_out
+                        ? fmt::format("no reply from {} within {} s (timeout)", ep.url(), opt_.timeout_s)
+                        : fmt::format("no reply from {} ({})", ep.url(), httplib::to_string(err));
       c.reset();  // the connection is in an unknown state
     } else {
       reply.status = res.status;
@@ -284,7 +287,8 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
       } else {
         retry = retryable_status(res.status);
         if (res.status == 429 || res.status >= 500)
-          retry_after = http_retry_after_seconds(res.get_header_value("Retry-After"), std::chrono::system_clock::now());
+          retry_after =
+              http_retry_after_seconds(res.get_header_value("Retry-After"), std::chrono::system_clock::now());
         if (retry_after > opt_.retry_after_max_s) retry_after = opt_.retry_after_max_s;
         reply.error = fmt::format("HTTP {} from {}{}: {}", res.status, ep.url(), path, excerpt(reply.body));
       }
@@ -301,11 +305,13 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
     if (attempt < opt_.retries && retry_after < 0) {
       const uint64_t x = jitter_.fetch_add(0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
       const double u = double(x >> 11) * (1.0 / 9007199254740992.0);
-      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1e6 * http_backoff_seconds(opt_, attempt, u))));
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(static_cast<int64_t>(1e6 * http_backoff_seconds(opt_, attempt, u))));
     }
   }
   reply.ok = false;
-  reply.error = scrub(fmt::format("{} (after {} attempt{})", reply.error, reply.attempts, reply.attempts == 1 ? "" : "s"));
+  reply.error = scrub(
+      fmt::format("{} (after {} attempt{})", reply.error, reply.attempts, reply.attempts == 1 ? "" : "s"));
   reply.ms = ms_since(t0);
   return reply;
 }

@@ -21,18 +21,18 @@
 namespace phasescope {
 
 struct HttpOptions {
-  std::vector<std::string> base_urls;      // "http://host:port[/prefix]"; a trailing "/v1" is dropped
+  std::vector<std::string> base_urls;          // "http://host:port[/prefix]"; a trailing "/v1" is dropped
   std::string api_key_env = "OPENAI_API_KEY";  // environment variable holding the key ("" = none)
-  int concurrency = 64;                    // requests in flight at most (worker threads)
-  double timeout_s = 120;                  // per attempt: connect, send and the whole reply
-  int retries = 4;                         // retries after the first attempt
-  double backoff_s = 0.25;                 // first backoff; doubles on each retry (half of it jittered)
-  double backoff_max_s = 20;               // cap of one backoff
-  double retry_after_max_s = 120;          // a longer Retry-After is clamped to this
-  int max_connecting = 4;                  // new connections being opened at once (a burst of 64 connects
-                                           // overflows small listen queues: httplib servers listen with 5)
-  int rest_after = 3;                      // consecutive failures that rest an endpoint
-  double rest_s = 5;                       // first rest; doubles while the endpoint keeps failing (cap 300 s)
+  int concurrency = 64;                        // requests in flight at most (worker threads)
+  double timeout_s = 120;                      // per attempt: connect, send and the whole reply
+  int retries = 4;                             // retries after the first attempt
+  double backoff_s = 0.25;                     // first backoff; doubles on each retry (half of it jittered)
+  double backoff_max_s = 20;                   // cap of one backoff
+  double retry_after_max_s = 120;              // a longer Retry-After is clamped to this
+  int max_connecting = 4;                      // new connections being opened at once (a burst of 64 connects
+                           // overflows small listen queues: httplib servers listen with 5)
+  int rest_after = 3;  // consecutive failures that rest an endpoint
+  double rest_s = 5;   // first rest; doubles while the endpoint keeps failing (cap 300 s)
 };
 
 // One base URL split for httplib: "http://host:port" and a path prefix ("" or "/something").
@@ -52,10 +52,10 @@ double http_retry_after_seconds(const std::string& value, std::chrono::system_cl
 double http_backoff_seconds(const HttpOptions& o, int attempt, double u);
 
 struct HttpReply {
-  bool ok = false;       // a 2xx reply that the caller's `accept` took
-  int status = 0;        // last HTTP status (0: no reply)
-  std::string body;      // last body
-  std::string error;     // why not ok (key scrubbed): the last attempt's failure, with the attempt count
+  bool ok = false;    // a 2xx reply that the caller's `accept` took
+  int status = 0;     // last HTTP status (0: no reply)
+  std::string body;   // last body
+  std::string error;  // why not ok (key scrubbed): the last attempt's failure, with the attempt count
   int attempts = 0;
   std::string endpoint;  // URL of the endpoint that answered last
   double ms = 0;         // wall time including retries and waits
@@ -100,8 +100,9 @@ class HttpPool {
     std::vector<std::unique_ptr<Client>> idle;  // keep-alive connections not in use
     int consecutive_failures = 0;
     int rest_level = 0;
-    std::chrono::steady_clock::time_point not_before{};    // rested / Retry-After until then
-    std::chrono::steady_clock::time_point rested_until{};  // the current rest (failures during it do not escalate)
+    std::chrono::steady_clock::time_point not_before{};  // rested / Retry-After until then
+    std::chrono::steady_clock::time_point
+        rested_until{};  // the current rest (failures during it do not escalate)
     int64_t requests = 0, failures = 0, rests = 0;
     std::string last_failure;
   };

@@ -35,7 +35,8 @@ CompletionEntry entry_from(const std::string& tok, const json& lp, const json* i
 
 void sort_best_first(std::vector<CompletionEntry>* v) {
   std::stable_sort(v->begin(), v->end(), [](const CompletionEntry& a, const CompletionEntry& b) {
-    const double x = std::isnan(a.logprob) ? -INFINITY : a.logprob, y = std::isnan(b.logprob) ? -INFINITY : b.logprob;
+    const double x = std::isnan(a.logprob) ? -INFINITY : a.logprob,
+                 y = std::isnan(b.logprob) ? -INFINITY : b.logprob;
     return x > y;
   });
 }
@@ -51,7 +52,8 @@ ApiKind api_kind_parse(const std::string& s, const std::string& where) {
 PromptForm prompt_form_parse(const std::string& s, const std::string& where) {
   if (s == "tokens") return PromptForm::Tokens;
   if (s == "text") return PromptForm::Text;
-  fail(where, "unknown prompt form '" + s + "'", "use tokens (token ids, exact) or text (for servers without token-id prompts)");
+  fail(where, "unknown prompt form '" + s + "'",
+       "use tokens (token ids, exact) or text (for servers without token-id prompts)");
 }
 
 int token_id_from_string(const std::string& s) {
@@ -79,7 +81,8 @@ CompletionChoice completion_reply_parse(const std::string& body) {
   if (c.contains("message") && c["message"].is_object() && c["message"].contains("content") &&
       c["message"]["content"].is_string())
     out.text = c["message"]["content"].get<std::string>();
-  if (c.contains("finish_reason") && c["finish_reason"].is_string()) out.finish_reason = c["finish_reason"].get<std::string>();
+  if (c.contains("finish_reason") && c["finish_reason"].is_string())
+    out.finish_reason = c["finish_reason"].get<std::string>();
   if (c.contains("token_ids") && c["token_ids"].is_array())
     for (const json& t : c["token_ids"]) out.token_ids.push_back(t.get<int>());
 
@@ -102,13 +105,17 @@ CompletionChoice completion_reply_parse(const std::string& body) {
     } else if (lp.contains("tokens") && lp["tokens"].is_array()) {
       const json& toks = lp["tokens"];
       const json empty = json::array();
-      const json& tlp = lp.contains("token_logprobs") && lp["token_logprobs"].is_array() ? lp["token_logprobs"] : empty;
-      const json& tops = lp.contains("top_logprobs") && lp["top_logprobs"].is_array() ? lp["top_logprobs"] : empty;
+      const json& tlp =
+          lp.contains("token_logprobs") && lp["token_logprobs"].is_array() ? lp["token_logprobs"] : empty;
+      const json& tops =
+          lp.contains("top_logprobs") && lp["top_logprobs"].is_array() ? lp["top_logprobs"] : empty;
       for (size_t p = 0; p < toks.size(); ++p) {
-        out.chosen.push_back(entry_from(toks[p].get<std::string>(), p < tlp.size() ? tlp[p] : json(), nullptr));
+        out.chosen.push_back(
+            entry_from(toks[p].get<std::string>(), p < tlp.size() ? tlp[p] : json(), nullptr));
         std::vector<CompletionEntry> alts;
         if (p < tops.size() && tops[p].is_object())
-          for (auto it = tops[p].begin(); it != tops[p].end(); ++it) alts.push_back(entry_from(it.key(), it.value(), nullptr));
+          for (auto it = tops[p].begin(); it != tops[p].end(); ++it)
+            alts.push_back(entry_from(it.key(), it.value(), nullptr));
         sort_best_first(&alts);
         out.top.push_back(std::move(alts));
       }
@@ -122,14 +129,17 @@ CompletionChoice completion_reply_parse(const std::string& body) {
 
 HttpBackend::HttpBackend(HttpPool& pool, OpenAIOptions opt, const TokenSource* tokens)
     : pool_(pool), opt_(std::move(opt)), tokens_(tokens) {
-  if (opt_.model.empty()) fail("--model", "no model name", "pass --model NAME (as the server lists it in /v1/models)");
-  if (opt_.topk < 0 || opt_.topk > 20) fail("--topk", fmt::format("{} is outside 0..20", opt_.topk), "pass --topk 5");
+  if (opt_.model.empty())
+    fail("--model", "no model name", "pass --model NAME (as the server lists it in /v1/models)");
+  if (opt_.topk < 0 || opt_.topk > 20)
+    fail("--topk", fmt::format("{} is outside 0..20", opt_.topk), "pass --topk 5");
   if (opt_.batch < 1) opt_.batch = 1;
   if (tokens_ == nullptr && (opt_.prompt == PromptForm::Text || opt_.api == ApiKind::Chat))
     fail("HTTP backend", "text and chat prompts need a tokenizer to turn the layout's tokens into text",
          "pass --tokenizer PATH or use the server's /tokenize (the default)");
   if (opt_.echo && (opt_.prompt == PromptForm::Text || opt_.api == ApiKind::Chat))
-    fail("--echo", "echo scoring needs token-id prompts on /v1/completions", "drop --echo or use --prompt tokens --api completions");
+    fail("--echo", "echo scoring needs token-id prompts on /v1/completions",
+         "drop --echo or use --prompt tokens --api completions");
   if (opt_.bos_id < 0 && tokens_ != nullptr) opt_.bos_id = tokens_->bos_id();
 
   // the constant head of every body; the prompt (or messages) is appended per request
@@ -155,8 +165,9 @@ std::string HttpBackend::describe() const {
 }
 
 std::string HttpBackend::identity() const {
-  return fmt::format("http {} model '{}' {} prompts top-{}{}", opt_.api == ApiKind::Chat ? "chat" : "completions",
-                     opt_.model, opt_.prompt == PromptForm::Tokens ? "token-id" : "text", opt_.topk,
+  return fmt::format("http {} model '{}' {} prompts top-{}{}",
+                     opt_.api == ApiKind::Chat ? "chat" : "completions", opt_.model,
+                     opt_.prompt == PromptForm::Tokens ? "token-id" : "text", opt_.topk,
                      opt_.echo ? " echo" : "");
 }
 
@@ -183,7 +194,8 @@ int64_t HttpBackend::context_length() {
     pool_.get("/props", [&](const std::string& body) {
       const json j = json::parse(body);
       if (j.contains("default_generation_settings") && j["default_generation_settings"].is_object() &&
-          j["default_generation_settings"].contains("n_ctx") && j["default_generation_settings"]["n_ctx"].is_number_integer())
+          j["default_generation_settings"].contains("n_ctx") &&
+          j["default_generation_settings"]["n_ctx"].is_number_integer())
         found = j["default_generation_settings"]["n_ctx"].get<int64_t>();
       else if (j.contains("n_ctx") && j["n_ctx"].is_number_integer())
         found = j["n_ctx"].get<int64_t>();
@@ -234,7 +246,8 @@ int HttpBackend::token_id_of(const CompletionEntry& e) {
   return id;
 }
 
-std::string HttpBackend::request_body(const std::vector<int>& prompt, const std::string& text, bool echo) const {
+std::string HttpBackend::request_body(const std::vector<int>& prompt, const std::string& text,
+                                      bool echo) const {
   std::string b = body_head_;
   b.reserve(b.size() + 32 + prompt.size() * 7 + text.size() * 2);
   if (opt_.api == ApiKind::Chat) {
@@ -272,7 +285,8 @@ ScoreResult HttpBackend::score_one(const ScoreRequest& req) {
   const int bos = opt_.bos_id;
   const bool has_bos = bos >= 0 && t[0] == bos;
   if (has_bos && t.size() >= 2 && t[1] == bos)
-    return done("double BOS: the prompt starts with two BOS tokens; refused (the layout must put exactly one)");
+    return done(
+        "double BOS: the prompt starts with two BOS tokens; refused (the layout must put exactly one)");
   const bool echo = opt_.echo && req.answer >= 0;
 
   // the prompt as the server will see it, and the token count it must report
@@ -299,23 +313,27 @@ ScoreResult HttpBackend::score_one(const ScoreRequest& req) {
     if (echo) ids.push_back(req.answer);
   }
   const int64_t ctx = context_length();
-  const int64_t need = (expect >= 0 ? expect : static_cast<int64_t>(t.size())) + 1;  // + the one generated token
+  const int64_t need =
+      (expect >= 0 ? expect : static_cast<int64_t>(t.size())) + 1;  // + the one generated token
   if (ctx > 0 && need > ctx)
-    return done(fmt::format("prompt of {} tokens (+1 to generate) exceeds the server's context of {} tokens; refused "
-                            "before sending (never truncated): use a shorter --context",
-                            need - 1, ctx));
+    return done(
+        fmt::format("prompt of {} tokens (+1 to generate) exceeds the server's context of {} tokens; refused "
+                    "before sending (never truncated): use a shorter --context",
+                    need - 1, ctx));
 
   // send it (retried inside the pool); the reply must parse
   CompletionChoice c;
   const std::string path = opt_.api == ApiKind::Chat ? "/v1/chat/completions" : "/v1/completions";
-  HttpReply rep = pool_.post(path, request_body(ids, text, echo), [&](const std::string& b) { c = completion_reply_parse(b); });
+  HttpReply rep = pool_.post(path, request_body(ids, text, echo),
+                             [&](const std::string& b) { c = completion_reply_parse(b); });
   if (!rep.ok) return done(rep.error);
 
   // positions verified: the server must have counted exactly the layout's tokens
   if (c.prompt_tokens >= 0 && expect >= 0 && c.prompt_tokens != expect)
-    return done(fmt::format("positions not verified: the server counted {} prompt tokens where the prompt has {} "
-                            "({}); sample refused. Check BOS handling (a server adding its own BOS counts one more)",
-                            c.prompt_tokens, expect, c.prompt_tokens > expect ? "more" : "fewer"));
+    return done(
+        fmt::format("positions not verified: the server counted {} prompt tokens where the prompt has {} "
+                    "({}); sample refused. Check BOS handling (a server adding its own BOS counts one more)",
+                    c.prompt_tokens, expect, c.prompt_tokens > expect ? "more" : "fewer"));
   if (c.prompt_tokens < 0 && opt_.require_usage)
     return done("the reply has no usage.prompt_tokens, so positions cannot be verified (--require-usage)");
 
@@ -324,8 +342,9 @@ ScoreResult HttpBackend::score_one(const ScoreRequest& req) {
   if (echo) {
     p = t.size();  // the appended answer's position among the echoed prompt tokens
     if (c.chosen.size() <= p || c.top.size() <= p)
-      return done(fmt::format("echo reply has logprobs for {} positions, needed {}; the server ignores echo (drop --echo)",
-                              c.chosen.size(), p + 1));
+      return done(fmt::format(
+          "echo reply has logprobs for {} positions, needed {}; the server ignores echo (drop --echo)",
+          c.chosen.size(), p + 1));
   }
   std::vector<CompletionEntry> alts = p < c.top.size() ? c.top[p] : std::vector<CompletionEntry>{};
   for (const CompletionEntry& e : alts) {
@@ -346,8 +365,10 @@ ScoreResult HttpBackend::score_one(const ScoreRequest& req) {
     else if (!c.text.empty())
       r.top1 = token_id_of(CompletionEntry{c.text, -1, 0});
     if (r.top1 < 0)
-      return done("cannot tell which token the server predicted (no token_ids, no token_id:N logprobs, and its text '" +
-                  c.text + "' is not one token of the tokenizer)");
+      return done(
+          "cannot tell which token the server predicted (no token_ids, no token_id:N logprobs, and its text "
+          "'" +
+          c.text + "' is not one token of the tokenizer)");
     if (!c.chosen.empty() && r.top1 == req.answer) r.answer_logprob = c.chosen[0].logprob;
     for (const auto& [tok, lp] : r.topk)
       if (tok == req.answer && std::isnan(r.answer_logprob)) r.answer_logprob = lp;

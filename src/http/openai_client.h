@@ -23,11 +23,11 @@ namespace phasescope {
 
 enum class ApiKind { Completions, Chat };
 enum class PromptForm { Tokens, Text };
-ApiKind api_kind_parse(const std::string& s, const std::string& where);           // completions|chat
-PromptForm prompt_form_parse(const std::string& s, const std::string& where);     // tokens|text
+ApiKind api_kind_parse(const std::string& s, const std::string& where);        // completions|chat
+PromptForm prompt_form_parse(const std::string& s, const std::string& where);  // tokens|text
 
 struct OpenAIOptions {
-  std::string model;                       // "model" of every request
+  std::string model;  // "model" of every request
   ApiKind api = ApiKind::Completions;
   PromptForm prompt = PromptForm::Tokens;  // Text: the prompt decoded through the TokenSource (BOS left
                                            // to the server, which must count the same tokens)
@@ -53,10 +53,10 @@ struct CompletionEntry {
 };
 struct CompletionChoice {
   std::string text;
-  std::vector<int> token_ids;                      // generated ids, when the reply gave them
-  std::vector<CompletionEntry> chosen;             // (P) per logprob position
-  std::vector<std::vector<CompletionEntry>> top;   // (P, k) alternatives, best first
-  int64_t prompt_tokens = -1;                      // usage.prompt_tokens, -1 when absent
+  std::vector<int> token_ids;                     // generated ids, when the reply gave them
+  std::vector<CompletionEntry> chosen;            // (P) per logprob position
+  std::vector<std::vector<CompletionEntry>> top;  // (P, k) alternatives, best first
+  int64_t prompt_tokens = -1;                     // usage.prompt_tokens, -1 when absent
   std::string finish_reason;
 };
 // Parse a /v1/completions or /v1/chat/completions reply (legacy logprobs {tokens, token_logprobs,

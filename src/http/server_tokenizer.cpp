@@ -83,7 +83,8 @@ TokenizeFlavor ServerTokenizer::detect() const {
     f = TokenizeFlavor::Vllm;
   } else {
     nlohmann::json lb = {{"content", "a"}, {"add_special", false}};
-    HttpReply l = pool_.post("/tokenize", lb.dump(), [&](const std::string& body) { tokenize_reply_parse(body, nullptr); });
+    HttpReply l = pool_.post("/tokenize", lb.dump(),
+                             [&](const std::string& body) { tokenize_reply_parse(body, nullptr); });
     if (l.ok)
       f = TokenizeFlavor::Llama;
     else if (v.ok)
@@ -108,9 +109,11 @@ std::vector<int> ServerTokenizer::tokenize(const std::string& text, bool special
     b = {{"content", text}, {"add_special", special}};
   std::vector<int> out;
   int64_t ctx = 0;
-  HttpReply r = pool_.post("/tokenize", b.dump(), [&](const std::string& body) { out = tokenize_reply_parse(body, &ctx); });
+  HttpReply r = pool_.post("/tokenize", b.dump(),
+                           [&](const std::string& body) { out = tokenize_reply_parse(body, &ctx); });
   if (!r.ok)
-    fail("tokenize at " + r.endpoint, r.error, "check that the server is up and serves /tokenize, or pass --tokenizer PATH");
+    fail("tokenize at " + r.endpoint, r.error,
+         "check that the server is up and serves /tokenize, or pass --tokenizer PATH");
   if (ctx > 0) {
     std::lock_guard<std::mutex> g(mu_);
     context_ = ctx;
@@ -129,7 +132,9 @@ std::vector<int> ServerTokenizer::encode(const std::string& text) const {
   return t;
 }
 
-std::vector<int> ServerTokenizer::encode_special(const std::string& text) const { return tokenize(text, true); }
+std::vector<int> ServerTokenizer::encode_special(const std::string& text) const {
+  return tokenize(text, true);
+}
 
 std::vector<std::vector<int>> ServerTokenizer::encode_many(const std::vector<std::string>& texts) const {
   detect();
@@ -186,18 +191,23 @@ std::string ServerTokenizer::decode(const std::vector<int>& tokens) const {
       throw std::runtime_error(std::string("no \"") + key + "\" string in the detokenize reply");
     text = j[key].get<std::string>();
   });
-  if (!r.ok) fail("detokenize at " + r.endpoint, r.error, "check that the server serves /detokenize, or pass --tokenizer PATH");
+  if (!r.ok)
+    fail("detokenize at " + r.endpoint, r.error,
+         "check that the server serves /detokenize, or pass --tokenizer PATH");
   return text;
 }
 
-std::vector<int> ServerTokenizer::encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::vector<int> ServerTokenizer::encode_chat(const std::vector<ChatMessage>& messages,
+                                              bool add_generation_prompt) const {
   const TokenizeFlavor f = detect();
   nlohmann::json msgs = nlohmann::json::array();
   for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
   if (f == TokenizeFlavor::Vllm) {
-    nlohmann::json b = {{"model", model_}, {"messages", msgs}, {"add_generation_prompt", add_generation_prompt}};
+    nlohmann::json b = {
+        {"model", model_}, {"messages", msgs}, {"add_generation_prompt", add_generation_prompt}};
     std::vector<int> out;
-    HttpReply r = pool_.post("/tokenize", b.dump(), [&](const std::string& body) { out = tokenize_reply_parse(body, nullptr); });
+    HttpReply r = pool_.post("/tokenize", b.dump(),
+                             [&](const std::string& body) { out = tokenize_reply_parse(body, nullptr); });
     if (!r.ok) fail("chat tokenize at " + r.endpoint, r.error, "pass --template-offset N instead");
     return out;
   }
@@ -206,13 +216,15 @@ std::vector<int> ServerTokenizer::encode_chat(const std::vector<ChatMessage>& me
   nlohmann::json b = {{"messages", msgs}};
   HttpReply r = pool_.post("/apply-template", b.dump(), [&](const std::string& body) {
     const nlohmann::json j = nlohmann::json::parse(body);
-    if (!j.contains("prompt") || !j["prompt"].is_string()) throw std::runtime_error("no \"prompt\" in the reply");
+    if (!j.contains("prompt") || !j["prompt"].is_string())
+      throw std::runtime_error("no \"prompt\" in the reply");
     prompt = j["prompt"].get<std::string>();
   });
   if (!r.ok) fail("apply-template at " + r.endpoint, r.error, "pass --template-offset N instead");
   nlohmann::json tb = {{"content", prompt}, {"add_special", true}, {"parse_special", true}};
   std::vector<int> out;
-  HttpReply t = pool_.post("/tokenize", tb.dump(), [&](const std::string& body) { out = tokenize_reply_parse(body, nullptr); });
+  HttpReply t = pool_.post("/tokenize", tb.dump(),
+                           [&](const std::string& body) { out = tokenize_reply_parse(body, nullptr); });
   if (!t.ok) fail("tokenize at " + t.endpoint, t.error, "pass --template-offset N instead");
   return out;
 }

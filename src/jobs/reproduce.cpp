@@ -25,8 +25,9 @@ std::vector<PaperRow> paper_rows() {
   // ../shared/design/phase-sensitivity-paper.md section 1.5 (the authors' page and data):
   // prefix padding, final checkpoint; in-sequence numbers are public for W8/S8 seed 42 only
   // (folded to phase mod 8; mean and gap as published, worst = the lowest folded phase).
-  const std::string src = "Zhu et al. 2026, Periodic Weak Spots (arXiv 2609.36322): the authors' project page, "
-                          "section 'Controlled pretraining', and its published run data";
+  const std::string src =
+      "Zhu et al. 2026, Periodic Weak Spots (arXiv 2609.36322): the authors' project page, "
+      "section 'Controlled pretraining', and its published run data";
   return {
       {"full-1kv", "prefix", 18.8, 17.2, 3.1, src},
       {"w8s8-1kv", "prefix", 50.6, 5.7, 75.3, src},
@@ -80,18 +81,20 @@ std::string reproduce_run(const ReproduceOptions& opt) {
     topt.out_dir = model_dir;
     topt.fresh = opt.retrain;
     TrainResult tr = train_run(p, topt);
-    if (tr.nan_stop) fail("reproduce " + name, tr.message, "lower train.lr in presets/" + name + ".json and rerun");
+    if (tr.nan_stop)
+      fail("reproduce " + name, tr.message, "lower train.lr in presets/" + name + ".json and rerun");
 
     // evaluate it under both padding protocols (one load; the backends share the module)
     const LoadedModel trained = model_load(model_dir);
     for (PadProtocol protocol : {PadProtocol::Prefix, PadProtocol::InSequence}) {
       LoadedModel m = trained;
       EvalOptions eo = eval_options_for(m.preset, protocol, samples, 24, 1);
-      eo.fresh = opt.retrain;  // a retrained model starts its evaluations over (journals are bound to weights)
+      eo.fresh =
+          opt.retrain;  // a retrained model starts its evaluations over (journals are bound to weights)
       ModelBackend backend(std::move(m), name);
       const std::string eval_dir = (fs::path(opt.out) / "eval" / name / pad_protocol_name(protocol)).string();
-      fmt::print("--- {} / {} padding: {} prompts -> {}\n", name, pad_protocol_name(protocol), eo.layout.n_base * 24,
-                 eval_dir);
+      fmt::print("--- {} / {} padding: {} prompts -> {}\n", name, pad_protocol_name(protocol),
+                 eo.layout.n_base * 24, eval_dir);
       std::fflush(stdout);
       run_eval(backend, eo, eval_dir);
       results.push_back((fs::path(eval_dir) / "results.json").string());
@@ -114,12 +117,13 @@ std::string reproduce_run(const ReproduceOptions& opt) {
   }
 
   // one report over all runs, and the table beside the paper's numbers
-  auto runs = eval_combined_report(results, opt.out, opt.quick ? "phasescope reproduce --quick" : "phasescope reproduce",
-                                   explained);
+  auto runs = eval_combined_report(
+      results, opt.out, opt.quick ? "phasescope reproduce --quick" : "phasescope reproduce", explained);
   fmt::print("\n{}\n", results_format_compare(runs));
-  fmt::print("side by side with the paper (percent; ours: mean of residue accuracies [95% cluster-bootstrap CI])\n");
-  fmt::print("{:<10} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", "model", "protocol", "ours mean", "worst",
-             "gap", "paper", "worst", "gap");
+  fmt::print(
+      "side by side with the paper (percent; ours: mean of residue accuracies [95% cluster-bootstrap CI])\n");
+  fmt::print("{:<10} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", "model", "protocol", "ours mean",
+             "worst", "gap", "paper", "worst", "gap");
   for (const auto& r : runs) {
     PaperRow paper;
     for (const auto& row : paper_rows())
@@ -127,8 +131,8 @@ std::string reproduce_run(const ReproduceOptions& opt) {
     const Stats& s = r.stats;
     fmt::print("{:<10} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", r.meta.model, r.meta.protocol,
                fmt::format("{} [{}, {}]", pct(s.mean), pct(s.mean_ci.lo), pct(s.mean_ci.hi)), pct(s.worst),
-               fmt::format("{} [{}, {}]", pct(s.gap), pct(s.gap_ci.lo), pct(s.gap_ci.hi)), pct_or_na(paper.mean),
-               pct_or_na(paper.worst), pct_or_na(paper.gap));
+               fmt::format("{} [{}, {}]", pct(s.gap), pct(s.gap_ci.lo), pct(s.gap_ci.hi)),
+               pct_or_na(paper.mean), pct_or_na(paper.worst), pct_or_na(paper.gap));
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string report = (fs::path(opt.out) / "report.html").string();

@@ -14,9 +14,9 @@ struct ReproduceOptions {
   bool quick = false;                  // tiny models and few samples: the pipeline end to end in minutes
   bool retrain = false;                // train from scratch even where a checkpoint exists
   std::vector<std::string> models = {"full-1kv", "w8s8-1kv", "w8s4-1kv"};
-  int64_t samples = 0;                 // prompts per model and protocol (0 = the mode's default)
-  int steps = 0;                       // training steps per model (0 = the mode's default)
-  bool explain = true;                 // run explain/ on every model: explain/<name>/ and a report section
+  int64_t samples = 0;  // prompts per model and protocol (0 = the mode's default)
+  int steps = 0;        // training steps per model (0 = the mode's default)
+  bool explain = true;  // run explain/ on every model: explain/<name>/ and a report section
 };
 
 // The paper's published prefix/in-sequence numbers for a run name (percent), where public.

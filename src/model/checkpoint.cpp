@@ -4,12 +4,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/hash.h"
@@ -24,11 +23,16 @@ namespace {
 
 std::string dtype_name(torch::Dtype t) {
   switch (t) {
-    case torch::kFloat32: return "F32";
-    case torch::kFloat64: return "F64";
-    case torch::kInt64: return "I64";
-    case torch::kUInt8: return "U8";
-    default: return "";
+    case torch::kFloat32:
+      return "F32";
+    case torch::kFloat64:
+      return "F64";
+    case torch::kInt64:
+      return "I64";
+    case torch::kUInt8:
+      return "U8";
+    default:
+      return "";
   }
 }
 
@@ -57,7 +61,8 @@ void safetensors_save(const std::string& path, const TensorMap& tensors, const s
     offset += n;
     bufs.push_back(t);
   }
-  header["__metadata__"] = {{"format", "pt"}, {"phasescope", header_json}, {"phasescope_checksum", std::to_string(sum)}};
+  header["__metadata__"] = {
+      {"format", "pt"}, {"phasescope", header_json}, {"phasescope_checksum", std::to_string(sum)}};
   std::string h = header.dump();
   while (h.size() % 8) h += ' ';  // safetensors pads the header with spaces to 8-byte alignment
   io_write_atomic_with(path, [&](int fd, const std::string& tmp) {
@@ -66,22 +71,28 @@ void safetensors_save(const std::string& path, const TensorMap& tensors, const s
     for (int i = 0; i < 8; ++i) lenbuf[i] = char((len >> (8 * i)) & 0xff);
     io_write_all(fd, lenbuf, 8, tmp);
     io_write_all(fd, h.data(), h.size(), tmp);
-    for (const auto& t : bufs) io_write_all(fd, static_cast<const char*>(t.data_ptr()), size_t(t.numel()) * t.element_size(), tmp);
+    for (const auto& t : bufs)
+      io_write_all(fd, static_cast<const char*>(t.data_ptr()), size_t(t.numel()) * t.element_size(), tmp);
   });
 }
 
 TensorMap safetensors_load(const std::string& path, std::string* header_json) {
   const std::string fix = "the checkpoint is damaged or truncated: retrain, or restore it from a copy";
-  const std::string bytes = io_read_text(path, "check the path (a checkpoint dir holds checkpoint.safetensors)");
-  if (bytes.size() < 8) fail(path, "file too short for a safetensors header (" + std::to_string(bytes.size()) + " bytes)", fix);
+  const std::string bytes =
+      io_read_text(path, "check the path (a checkpoint dir holds checkpoint.safetensors)");
+  if (bytes.size() < 8)
+    fail(path, "file too short for a safetensors header (" + std::to_string(bytes.size()) + " bytes)", fix);
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
-  if (len > bytes.size() - 8) fail(path, "header length " + std::to_string(len) + " exceeds the file size", fix);
+  if (len > bytes.size() - 8)
+    fail(path, "header length " + std::to_string(len) + " exceeds the file size", fix);
   json header = json_parse_or_fail(bytes.substr(8, len), path + " header", fix);
   const size_t data0 = 8 + len;
   const uint64_t data_size = bytes.size() - data0;
-  if (!header.is_object() || !header.contains("__metadata__") || !header["__metadata__"].contains("phasescope"))
-    fail(path, "not a phasescope checkpoint (no __metadata__.phasescope header)", "pass a checkpoint written by phasescope train");
+  if (!header.is_object() || !header.contains("__metadata__") ||
+      !header["__metadata__"].contains("phasescope"))
+    fail(path, "not a phasescope checkpoint (no __metadata__.phasescope header)",
+         "pass a checkpoint written by phasescope train");
 
   // every tensor's extent, checked before any byte is used
   TensorMap out;
@@ -99,8 +110,10 @@ TensorMap safetensors_load(const std::string& path, std::string* header_json) {
     for (int64_t s : shape) numel *= s;
     const uint64_t esize = uint64_t(torch::elementSize(dtype));
     if (end < b || end > data_size || (end - b) != uint64_t(numel) * esize)
-      fail(where, "byte range [" + std::to_string(b) + ", " + std::to_string(end) + ") does not fit the shape or the file (" +
-                      std::to_string(data_size) + " data bytes)", fix);
+      fail(where,
+           "byte range [" + std::to_string(b) + ", " + std::to_string(end) +
+               ") does not fit the shape or the file (" + std::to_string(data_size) + " data bytes)",
+           fix);
     extents.push_back({b, end});
     auto t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
     std::memcpy(t.data_ptr(), bytes.data() + data0 + b, end - b);
@@ -111,7 +124,8 @@ TensorMap safetensors_load(const std::string& path, std::string* header_json) {
   uint64_t sum = kFnvOffset;
   for (const auto& [b, e] : extents) sum = fnv1a(bytes.data() + data0 + b, e - b, sum);
   const json& meta = header["__metadata__"];
-  if (!meta.contains("phasescope_checksum") || meta["phasescope_checksum"].get<std::string>() != std::to_string(sum))
+  if (!meta.contains("phasescope_checksum") ||
+      meta["phasescope_checksum"].get<std::string>() != std::to_string(sum))
     fail(path, "data checksum mismatch (the tensor bytes were changed or cut)", fix);
   if (header_json) *header_json = meta["phasescope"].get<std::string>();
   return out;

@@ -7,11 +7,10 @@
 //    "task": {...}, "train": {...}}
 #include "model/config.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/check.h"
@@ -31,12 +30,16 @@ namespace {
 
 const JsonTable<ModelConfig>& model_table() {
   static const JsonTable<ModelConfig> t = {
-      {"d_model", json_field(&ModelConfig::d_model)},       {"n_layers", json_field(&ModelConfig::n_layers)},
-      {"n_heads", json_field(&ModelConfig::n_heads)},       {"n_kv_heads", json_field(&ModelConfig::n_kv_heads)},
-      {"head_dim", json_field(&ModelConfig::head_dim)},     {"mlp_hidden", json_field(&ModelConfig::mlp_hidden)},
+      {"d_model", json_field(&ModelConfig::d_model)},
+      {"n_layers", json_field(&ModelConfig::n_layers)},
+      {"n_heads", json_field(&ModelConfig::n_heads)},
+      {"n_kv_heads", json_field(&ModelConfig::n_kv_heads)},
+      {"head_dim", json_field(&ModelConfig::head_dim)},
+      {"mlp_hidden", json_field(&ModelConfig::mlp_hidden)},
       {"tied_embeddings", json_field(&ModelConfig::tied_embeddings)},
       {"token_shift", json_field(&ModelConfig::token_shift)},
-      {"norm_eps", json_field(&ModelConfig::norm_eps)},     {"init_std", json_field(&ModelConfig::init_std)},
+      {"norm_eps", json_field(&ModelConfig::norm_eps)},
+      {"init_std", json_field(&ModelConfig::init_std)},
       {"vocab_size", json_field(&ModelConfig::vocab_size)},
   };
   return t;
@@ -66,18 +69,26 @@ const JsonTable<TaskConfig>& task_table() {
 
 const JsonTable<TrainConfig>& train_table() {
   static const JsonTable<TrainConfig> t = {
-      {"steps", json_field(&TrainConfig::steps)},           {"batch", json_field(&TrainConfig::batch)},
-      {"lr", json_field(&TrainConfig::lr)},                 {"min_lr_ratio", json_field(&TrainConfig::min_lr_ratio)},
-      {"warmup", json_field(&TrainConfig::warmup)},         {"weight_decay", json_field(&TrainConfig::weight_decay)},
-      {"beta1", json_field(&TrainConfig::beta1)},           {"beta2", json_field(&TrainConfig::beta2)},
-      {"clip", json_field(&TrainConfig::clip)},             {"log_every", json_field(&TrainConfig::log_every)},
-      {"eval_every", json_field(&TrainConfig::eval_every)}, {"eval_examples", json_field(&TrainConfig::eval_examples)},
-      {"ckpt_every", json_field(&TrainConfig::ckpt_every)}, {"seed", json_field(&TrainConfig::seed)},
+      {"steps", json_field(&TrainConfig::steps)},
+      {"batch", json_field(&TrainConfig::batch)},
+      {"lr", json_field(&TrainConfig::lr)},
+      {"min_lr_ratio", json_field(&TrainConfig::min_lr_ratio)},
+      {"warmup", json_field(&TrainConfig::warmup)},
+      {"weight_decay", json_field(&TrainConfig::weight_decay)},
+      {"beta1", json_field(&TrainConfig::beta1)},
+      {"beta2", json_field(&TrainConfig::beta2)},
+      {"clip", json_field(&TrainConfig::clip)},
+      {"log_every", json_field(&TrainConfig::log_every)},
+      {"eval_every", json_field(&TrainConfig::eval_every)},
+      {"eval_examples", json_field(&TrainConfig::eval_examples)},
+      {"ckpt_every", json_field(&TrainConfig::ckpt_every)},
+      {"seed", json_field(&TrainConfig::seed)},
   };
   return t;
 }
 
-void need(bool ok, const std::string& where, const std::string& field, const std::string& what, const std::string& fix) {
+void need(bool ok, const std::string& where, const std::string& field, const std::string& what,
+          const std::string& fix) {
   if (!ok) fail(where + " field '" + field + "'", what, fix);
 }
 
@@ -86,14 +97,16 @@ void validate(const Preset& p, const std::string& where) {
   const auto& r = p.train;
   need(p.model.n_layers >= 1, where, "model.n_layers", "must be >= 1", "e.g. 2");
   need(p.model.mlp_hidden >= 0, where, "model.mlp_hidden", "must be >= 0", "0 = attention-only");
-  need(p.model.token_shift >= 0 && p.model.token_shift <= 16, where, "model.token_shift", "must be in [0, 16]",
+  need(p.model.token_shift >= 0 && p.model.token_shift <= 16, where, "model.token_shift",
+       "must be in [0, 16]",
        "0 = off (the paper's decoder), 1-4 = a short causal convolution before each attention");
   need(t.task == "lookup" || t.task == "mqar" || t.task == "text" || t.task == "mix", where, "task.task",
        "unknown task '" + t.task + "'", "use lookup, mqar, text or mix");
   need(t.seq_len >= 16, where, "task.seq_len", "must be >= 16", "e.g. 256");
   need(t.n_records >= 2 && t.n_records <= std::min(t.n_keys, t.n_names), where, "task.n_records",
        "must be in [2, min(n_keys, n_names)]", "lower n_records or raise n_keys / n_names");
-  need(t.n_demos >= 0 && t.n_demos < t.n_records, where, "task.n_demos", "must be in [0, n_records)", "e.g. 8");
+  need(t.n_demos >= 0 && t.n_demos < t.n_records, where, "task.n_demos", "must be in [0, n_records)",
+       "e.g. 8");
   need(t.min_records >= 2 && t.min_records <= t.n_records, where, "task.min_records",
        "must be in [2, n_records] (demonstrations shrink to records - 1 while it is smaller)", "e.g. 8");
   need(t.mqar_pairs >= 1 && t.mqar_pairs <= std::min(t.n_keys, t.n_names), where, "task.mqar_pairs",
@@ -101,7 +114,8 @@ void validate(const Preset& p, const std::string& where) {
   need(t.mqar_queries >= 1, where, "task.mqar_queries", "must be >= 1", "e.g. 16");
   need(t.n_fillers >= 1, where, "task.n_fillers", "must be >= 1", "e.g. 16");
   need(t.text_ratio >= 0 && t.text_ratio <= 1, where, "task.text_ratio", "must be in [0, 1]", "e.g. 0.25");
-  need(t.repeat_ratio >= 0 && t.repeat_ratio <= 1, where, "task.repeat_ratio", "must be in [0, 1]", "e.g. 0.5; 0 = off");
+  need(t.repeat_ratio >= 0 && t.repeat_ratio <= 1, where, "task.repeat_ratio", "must be in [0, 1]",
+       "e.g. 0.5; 0 = off");
   need(t.repeat_steps >= 0, where, "task.repeat_steps", "must be >= 0", "0 = repeated rows at every step");
   need((t.task != "text" && t.task != "mix") || !t.text_file.empty(), where, "task.text_file",
        "task '" + t.task + "' needs a text file", "set task.text_file (or --text FILE)");
@@ -110,7 +124,8 @@ void validate(const Preset& p, const std::string& where) {
   need(r.lr > 0, where, "train.lr", "must be positive", "e.g. 3e-3");
   need(r.warmup >= 0, where, "train.warmup", "must be >= 0", "e.g. 100");
   need(r.clip >= 0, where, "train.clip", "must be >= 0 (0 = off)", "e.g. 1.0");
-  need(r.log_every >= 1 && r.ckpt_every >= 1, where, "train.log_every/ckpt_every", "must be >= 1", "e.g. 10 / 200");
+  need(r.log_every >= 1 && r.ckpt_every >= 1, where, "train.log_every/ckpt_every", "must be >= 1",
+       "e.g. 10 / 200");
 }
 
 std::string read_text(const std::string& path) {
@@ -120,8 +135,8 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 void model_config_sync(ModelConfig& m, const std::string& where) {
-  need(m.d_model > 0 && m.n_heads > 0 && m.head_dim > 0, where, "model", "d_model, n_heads, head_dim must be positive",
-       "e.g. 128 / 4 / 32");
+  need(m.d_model > 0 && m.n_heads > 0 && m.head_dim > 0, where, "model",
+       "d_model, n_heads, head_dim must be positive", "e.g. 128 / 4 / 32");
   need(int(m.layers.size()) == m.n_layers, where, "layers", "one attention config per layer is needed",
        "give 'attention' (all layers) or a 'layers' list");
   for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -167,9 +182,11 @@ Preset preset_from_json(const std::string& text, const std::string& where) {
   json j = json_parse_or_fail(text, where, "fix the preset's syntax");
   if (!j.is_object()) fail(where, "a preset must be a JSON object", "see presets/w8s8-1kv.json");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    static const std::set<std::string> known = {"name", "description", "model", "attention", "layers", "task", "train"};
+    static const std::set<std::string> known = {"name",   "description", "model", "attention",
+                                                "layers", "task",        "train"};
     if (!known.count(it.key()))
-      fail(where + " field '" + it.key() + "'", "unknown field", "use name, description, model, attention, layers, task, train");
+      fail(where + " field '" + it.key() + "'", "unknown field",
+           "use name, description, model, attention, layers, task, train");
   }
   Preset p;
   p.name = j.value("name", std::string());
@@ -181,15 +198,18 @@ Preset preset_from_json(const std::string& text, const std::string& where) {
 
   // attention per layer: the "attention" default, merged with "layers" overrides (cyclic)
   json base = j.contains("attention") ? j["attention"] : json{{"kind", "full"}};
-  if (!base.is_object()) fail(where + " field 'attention'", "expected an object", "write {\"kind\": \"chunked\", ...}");
+  if (!base.is_object())
+    fail(where + " field 'attention'", "expected an object", "write {\"kind\": \"chunked\", ...}");
   json overrides = j.contains("layers") ? j["layers"] : json::array({json::object()});
   if (!overrides.is_array() || overrides.empty())
-    fail(where + " field 'layers'", "expected a non-empty list of objects", "e.g. [{\"kind\": \"window\"}, {}]");
+    fail(where + " field 'layers'", "expected a non-empty list of objects",
+         "e.g. [{\"kind\": \"window\"}, {}]");
   p.model.layers.clear();
   for (int l = 0; l < p.model.n_layers; ++l) {
     json merged = base;
     const json& o = overrides[size_t(l) % overrides.size()];
-    if (!o.is_object()) fail(where + " layers[" + std::to_string(l) + "]", "expected an object", "e.g. {\"kind\": \"hca\"}");
+    if (!o.is_object())
+      fail(where + " layers[" + std::to_string(l) + "]", "expected an object", "e.g. {\"kind\": \"hca\"}");
     // a layer that switches kind starts from that kind's defaults, not from the other kind's fields
     if (o.contains("kind") && o["kind"] != base.value("kind", json("full"))) merged = json::object();
     for (auto it = o.begin(); it != o.end(); ++it) merged[it.key()] = it.value();
@@ -201,9 +221,11 @@ Preset preset_from_json(const std::string& text, const std::string& where) {
     merged["head_dim"] = p.model.head_dim;
     merged["n_kv_heads"] = ds ? 1 : p.model.n_kv_heads;
     merged["norm_eps"] = p.model.norm_eps;
-    // RoPE dims are capped at the head dim, so a preset scales down (e.g. "RoPE on 16 dims" at head_dim 8 = all)
+    // RoPE dims are capped at the head dim, so a preset scales down (e.g. "RoPE on 16 dims" at head_dim 8 =
+    // all)
     for (const char* k : {"rope_dims", "comp_rope_dims"})
-      if (merged.contains(k) && merged[k].is_number_integer() && merged[k].get<int>() > p.model.head_dim) merged[k] = p.model.head_dim;
+      if (merged.contains(k) && merged[k].is_number_integer() && merged[k].get<int>() > p.model.head_dim)
+        merged[k] = p.model.head_dim;
     p.model.layers.push_back(attn_config_from_json(merged.dump(), where + " layer " + std::to_string(l)));
   }
   model_config_sync(p.model, where);

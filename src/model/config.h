@@ -12,60 +12,62 @@
 namespace phasescope {
 
 struct ModelConfig {
-  int vocab_size = 0;            // set from the task's Vocab
-  int d_model = 128;             // d
+  int vocab_size = 0;  // set from the task's Vocab
+  int d_model = 128;   // d
   int n_layers = 2;
-  int n_heads = 4;               // H (query heads)
-  int n_kv_heads = 1;            // Hkv (1 = MQA); ignored by DeepSeek layers (always 1)
-  int head_dim = 32;             // D
-  int mlp_hidden = 0;            // SwiGLU hidden width; 0 = attention-only blocks
-  bool tied_embeddings = true;   // unembedding = embedding^T
-  int token_shift = 0;           // K > 0: each attention input becomes x_t + sum_k c_k * x_{t-k}, k = 1..K, with
-                                 // learned per-channel c_k [K, d] starting at 0 (a causal depthwise convolution,
-                                 // "Canon"/RWKV-style token shift; position-invariant, so no phase of its own).
-                                 // Not in the paper's models; an option that did not shorten the plateau here
-                                 // (README, "What training shows"); 0 = the paper's decoder
+  int n_heads = 4;              // H (query heads)
+  int n_kv_heads = 1;           // Hkv (1 = MQA); ignored by DeepSeek layers (always 1)
+  int head_dim = 32;            // D
+  int mlp_hidden = 0;           // SwiGLU hidden width; 0 = attention-only blocks
+  bool tied_embeddings = true;  // unembedding = embedding^T
+  int token_shift = 0;  // K > 0: each attention input becomes x_t + sum_k c_k * x_{t-k}, k = 1..K, with
+                        // learned per-channel c_k [K, d] starting at 0 (a causal depthwise convolution,
+                        // "Canon"/RWKV-style token shift; position-invariant, so no phase of its own).
+                        // Not in the paper's models; an option that did not shorten the plateau here
+                        // (README, "What training shows"); 0 = the paper's decoder
   double norm_eps = 1e-6;
-  double init_std = 0.02;        // normal init of every matrix; residual outputs scaled by 1/sqrt(2 n_layers)
-  std::vector<AttnConfig> layers;  // [n_layers] attention of each layer; shared dims synced by model_config_sync
+  double init_std = 0.02;  // normal init of every matrix; residual outputs scaled by 1/sqrt(2 n_layers)
+  std::vector<AttnConfig>
+      layers;  // [n_layers] attention of each layer; shared dims synced by model_config_sync
 };
 
 struct TaskConfig {
-  std::string task = "lookup";   // lookup | mqar | text | mix (lookup + text)
-  int seq_len = 256;             // T of training sequences (lookup/mqar fill it exactly)
-  int n_records = 64;            // lookup: records per prompt (the paper's 64)
-  int n_demos = 8;               // lookup: demonstrations
-  int curriculum_steps = 0;      // lookup/mqar: grow records linearly from min_records over these steps
-                                 // (mqar: pairs grow in the same proportion, records / n_records)
+  std::string task = "lookup";  // lookup | mqar | text | mix (lookup + text)
+  int seq_len = 256;            // T of training sequences (lookup/mqar fill it exactly)
+  int n_records = 64;           // lookup: records per prompt (the paper's 64)
+  int n_demos = 8;              // lookup: demonstrations
+  int curriculum_steps = 0;     // lookup/mqar: grow records linearly from min_records over these steps
+                                // (mqar: pairs grow in the same proportion, records / n_records)
   int min_records = 8;
-  bool curriculum_length = false;  // under the curriculum, rows are also shorter: seq_len x records / n_records
-                                 // (at least what the records need, and 32), so filler density stays that of
-                                 // the full task and attention is not diluted over a mostly empty context
-                                 // (text rows of that step are as short)
-  int mqar_pairs = 32;           // mqar: key-value pairs per sequence
-  int mqar_queries = 16;         // mqar: queries per sequence
-  int n_keys = 128;              // vocabulary of single-token keys
-  int n_names = 128;             // vocabulary of single-token names / values
+  bool curriculum_length = false;  // under the curriculum, rows are also shorter: seq_len x records /
+                                   // n_records (at least what the records need, and 32), so filler density
+                                   // stays that of the full task and attention is not diluted over a mostly
+                                   // empty context (text rows of that step are as short)
+  int mqar_pairs = 32;             // mqar: key-value pairs per sequence
+  int mqar_queries = 16;           // mqar: queries per sequence
+  int n_keys = 128;                // vocabulary of single-token keys
+  int n_names = 128;               // vocabulary of single-token names / values
   int n_fillers = 16;
-  std::string text_file;         // text / mix: UTF-8 file, byte-level tokens
-  double text_ratio = 0.0;       // mix: fraction of rows drawn from the text file
-  double repeat_ratio = 0.0;     // lookup/mqar/mix (not text): fraction of the task rows that are repeated segments (a random
-                                 // run of distinct key/name tokens, filler, the same run again; loss on every
-                                 // token of the second copy): a dense induction signal; 0 = off
-  int repeat_steps = 0;          // repeated-segment rows only before this step; 0 = at every step
+  std::string text_file;    // text / mix: UTF-8 file, byte-level tokens
+  double text_ratio = 0.0;  // mix: fraction of rows drawn from the text file
+  double repeat_ratio =
+      0.0;  // lookup/mqar/mix (not text): fraction of the task rows that are repeated segments (a random
+            // run of distinct key/name tokens, filler, the same run again; loss on every
+            // token of the second copy): a dense induction signal; 0 = off
+  int repeat_steps = 0;  // repeated-segment rows only before this step; 0 = at every step
 };
 
 struct TrainConfig {
   int steps = 1000;
   int batch = 32;
   double lr = 3e-3;
-  double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
   int warmup = 100;
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95;
-  double clip = 1.0;             // global gradient-norm clip; 0 = off
+  double clip = 1.0;  // global gradient-norm clip; 0 = off
   int log_every = 10;
-  int eval_every = 200;          // 0 = no periodic evaluation
+  int eval_every = 200;  // 0 = no periodic evaluation
   int eval_examples = 256;
   int ckpt_every = 200;
   uint64_t seed = 42;

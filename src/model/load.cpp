@@ -12,7 +12,8 @@ namespace phasescope {
 using json = nlohmann::json;
 
 std::string checkpoint_path(const std::string& dir_or_file) {
-  if (dir_or_file.size() > 12 && dir_or_file.substr(dir_or_file.size() - 12) == ".safetensors") return dir_or_file;
+  if (dir_or_file.size() > 12 && dir_or_file.substr(dir_or_file.size() - 12) == ".safetensors")
+    return dir_or_file;
   return (std::filesystem::path(dir_or_file) / "checkpoint.safetensors").string();
 }
 
@@ -35,7 +36,8 @@ CheckpointContents checkpoint_read(const std::string& path) {
   r.tensors = safetensors_load(path, &h);
   r.header = json_parse_or_fail(h, path + " phasescope header", "the checkpoint is damaged; retrain");
   for (const char* k : {"version", "preset", "step", "data_state"})
-    if (!r.header.contains(k)) fail(path, std::string("phasescope header lacks '") + k + "'", "the checkpoint is damaged; retrain");
+    if (!r.header.contains(k))
+      fail(path, std::string("phasescope header lacks '") + k + "'", "the checkpoint is damaged; retrain");
   return r;
 }
 
@@ -43,9 +45,12 @@ void checkpoint_load_weights(DecoderImpl& model, const TensorMap& tensors, const
   torch::NoGradGuard g;
   for (auto& item : model.named_parameters()) {
     auto it = tensors.find("model." + item.key());
-    if (it == tensors.end()) fail(path, "missing tensor model." + item.key(), "the checkpoint does not match its own config; retrain");
+    if (it == tensors.end())
+      fail(path, "missing tensor model." + item.key(),
+           "the checkpoint does not match its own config; retrain");
     if (it->second.sizes() != item.value().sizes())
-      fail(path, "tensor model." + item.key() + " has the wrong shape", "the checkpoint does not match its own config; retrain");
+      fail(path, "tensor model." + item.key() + " has the wrong shape",
+           "the checkpoint does not match its own config; retrain");
     item.value().copy_(it->second);
   }
 }
@@ -63,8 +68,10 @@ LoadedModel model_load(const std::string& dir_or_file) {
   // a checkpoint that records its model's hash must still hold that model (older ones record none)
   if (r.header.contains("model_hash") && r.header["model_hash"].is_string() &&
       r.header["model_hash"].get<std::string>() != out.hash)
-    fail(path, "its tensors do not hash to the model_hash it was written with (" +
-                   r.header["model_hash"].get<std::string>() + " vs " + out.hash + "): tensors were swapped or edited",
+    fail(path,
+         "its tensors do not hash to the model_hash it was written with (" +
+             r.header["model_hash"].get<std::string>() + " vs " + out.hash +
+             "): tensors were swapped or edited",
          "restore the checkpoint from a copy, or retrain");
   return out;
 }

@@ -7,7 +7,6 @@
 // Not here: the checkpoint file format (checkpoint.h), training state (train/trainer.h).
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "model/checkpoint.h"

@@ -25,11 +25,13 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) : cfg_(cfg) {
     {
       torch::NoGradGuard g;
       for (const ParamSpec& spec : attn_param_specs(a->config()))
-        if (spec.init == InitKind::Normal) a->param(spec.name).normal_(0.0, (spec.name == "wo" || spec.name == "wo_b") ? out_std : std);
+        if (spec.init == InitKind::Normal)
+          a->param(spec.name).normal_(0.0, (spec.name == "wo" || spec.name == "wo_b") ? out_std : std);
     }
     attn_.push_back(register_module("attn" + s, a));
     attn_norm_.push_back(register_parameter("attn_norm" + s, torch::ones({d})));
-    if (cfg_.token_shift > 0) shift_.push_back(register_parameter("shift" + s, torch::zeros({cfg_.token_shift, d})));
+    if (cfg_.token_shift > 0)
+      shift_.push_back(register_parameter("shift" + s, torch::zeros({cfg_.token_shift, d})));
     if (F > 0) {
       mlp_norm_.push_back(register_parameter("mlp_norm" + s, torch::ones({d})));
       w_gate_.push_back(register_parameter("mlp_gate" + s, torch::randn({F, d}) * std));
@@ -48,7 +50,7 @@ torch::Tensor token_shift_apply(const torch::Tensor& x, const torch::Tensor& c) 
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0, std::vector<AttnTrace>* traces) {
-  auto h = torch::embedding(embed_, tokens);                                          // [B, T, d]
+  auto h = torch::embedding(embed_, tokens);  // [B, T, d]
   if (traces) traces->assign(attn_.size(), AttnTrace{});
   for (size_t l = 0; l < attn_.size(); ++l) {
     h = mlp_residual(l, h + attn_[l]->forward(attn_input(l, h), pos0, traces ? &(*traces)[l] : nullptr));
@@ -57,25 +59,26 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0, std
 }
 
 torch::Tensor DecoderImpl::attn_input(size_t l, const torch::Tensor& h) {
-  auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);                                // [B, T, d]
+  auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);  // [B, T, d]
   return cfg_.token_shift > 0 ? a + token_shift_apply(a, shift_[l]) : a;
 }
 
 torch::Tensor DecoderImpl::mlp_residual(size_t l, const torch::Tensor& h) {
   if (cfg_.mlp_hidden <= 0) return h;
-  auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);                                  // [..., d]
-  return h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()), w_down_[l].t());
+  auto x = rms_norm(h, mlp_norm_[l], cfg_.norm_eps);  // [..., d]
+  return h + torch::matmul(torch::silu(torch::matmul(x, w_gate_[l].t())) * torch::matmul(x, w_up_[l].t()),
+                           w_down_[l].t());
 }
 
 torch::Tensor DecoderImpl::hidden_rows(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t pos0) {
-  auto h = torch::embedding(embed_, tokens);                                          // [B, T, d]
+  auto h = torch::embedding(embed_, tokens);  // [B, T, d]
   const size_t L = attn_.size();
   for (size_t l = 0; l + 1 < L; ++l) {
     h = mlp_residual(l, h + attn_[l]->forward(attn_input(l, h), pos0));
   }
   // the last layer: keys and values from every position, the rest for the rows only
   auto hr = h.reshape({-1, h.size(-1)}).index_select(0, rows) +
-            attn_[L - 1]->forward_rows(attn_input(L - 1, h), pos0, rows);                 // [N, d]
+            attn_[L - 1]->forward_rows(attn_input(L - 1, h), pos0, rows);  // [N, d]
   return rms_norm(mlp_residual(L - 1, hr), final_norm_, cfg_.norm_eps);
 }
 
@@ -83,7 +86,9 @@ torch::Tensor DecoderImpl::unembed(const torch::Tensor& h) {
   return torch::matmul(h, (cfg_.tied_embeddings ? embed_ : lm_head_).t());
 }
 
-torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, int64_t pos0) { return unembed(hidden(tokens, pos0)); }
+torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, int64_t pos0) {
+  return unembed(hidden(tokens, pos0));
+}
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(
@@ -92,10 +97,10 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
 }
 
 torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto flat = targets.reshape({-1});                                                  // [B*T]
-  auto rows = flat.ge(0).nonzero().squeeze(1);                                        // [N] flat b*T+t
+  auto flat = targets.reshape({-1});            // [B*T]
+  auto rows = flat.ge(0).nonzero().squeeze(1);  // [N] flat b*T+t
   PS_ASSERT(rows.numel() > 0, "lm_loss_scored: no position has a target");
-  auto logits = model.unembed(model.hidden_rows(tokens, rows));                       // [N, V]
+  auto logits = model.unembed(model.hidden_rows(tokens, rows));  // [N, V]
   return torch::nn::functional::cross_entropy(logits, flat.index_select(0, rows));
 }
 
@@ -110,8 +115,9 @@ std::string model_describe(DecoderImpl& model) {
     if (attn_is_ds(a) && a.ratio > 0) k += fmt::format(" m{}", a.ratio);
     kinds += (kinds.empty() ? "" : ", ") + k;
   }
-  return fmt::format("{} layers [{}], d={}, heads={}x{} (kv {}), mlp={}, vocab={}, {:.2f}M params", c.n_layers, kinds,
-                     c.d_model, c.n_heads, c.head_dim, c.n_kv_heads, c.mlp_hidden, c.vocab_size, n / 1e6);
+  return fmt::format("{} layers [{}], d={}, heads={}x{} (kv {}), mlp={}, vocab={}, {:.2f}M params",
+                     c.n_layers, kinds, c.d_model, c.n_heads, c.head_dim, c.n_kv_heads, c.mlp_hidden,
+                     c.vocab_size, n / 1e6);
 }
 
 }  // namespace phasescope

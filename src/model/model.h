@@ -17,10 +17,11 @@ class DecoderImpl : public torch::nn::Module {
  public:
   explicit DecoderImpl(const ModelConfig& cfg);
 
-  torch::Tensor forward(const torch::Tensor& tokens, int64_t pos0 = 0);         // logits [B, T, V]
+  torch::Tensor forward(const torch::Tensor& tokens, int64_t pos0 = 0);  // logits [B, T, V]
   // final-normed [B, T, d]; traces (optional): one AttnTrace per layer, filled (explain/, tests)
-  torch::Tensor hidden(const torch::Tensor& tokens, int64_t pos0 = 0, std::vector<AttnTrace>* traces = nullptr);
-  torch::Tensor unembed(const torch::Tensor& h);                                // [..., d] -> [..., V]
+  torch::Tensor hidden(const torch::Tensor& tokens, int64_t pos0 = 0,
+                       std::vector<AttnTrace>* traces = nullptr);
+  torch::Tensor unembed(const torch::Tensor& h);  // [..., d] -> [..., V]
   // hidden() at selected rows only ([N] int64, flat b * T + t) -> [N, d]: every layer but the last
   // runs on all positions, the last computes queries, attention, MLP and the final norm for the rows.
   torch::Tensor hidden_rows(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t pos0 = 0);
@@ -29,18 +30,19 @@ class DecoderImpl : public torch::nn::Module {
   Attention& attention(int layer) { return attn_[size_t(layer)]; }
 
  private:
-  torch::Tensor attn_input(size_t layer, const torch::Tensor& h);    // RMSNorm(h) (+ token shift) [B, T, d]
-  torch::Tensor mlp_residual(size_t layer, const torch::Tensor& h);  // h + SwiGLU(RMSNorm(h)); h when mlp_hidden = 0
+  torch::Tensor attn_input(size_t layer, const torch::Tensor& h);  // RMSNorm(h) (+ token shift) [B, T, d]
+  torch::Tensor mlp_residual(size_t layer,
+                             const torch::Tensor& h);  // h + SwiGLU(RMSNorm(h)); h when mlp_hidden = 0
 
   ModelConfig cfg_;
-  torch::Tensor embed_;                               // [V, d]
-  torch::Tensor lm_head_;                             // [V, d] (untied only)
-  torch::Tensor final_norm_;                          // [d]
-  std::vector<Attention> attn_;                       // [n_layers]
-  std::vector<torch::Tensor> attn_norm_, mlp_norm_;   // [n_layers] x [d]
-  std::vector<torch::Tensor> shift_;                  // [n_layers] x [token_shift, d] (token_shift > 0 only)
-  std::vector<torch::Tensor> w_gate_, w_up_;          // [n_layers] x [mlp_hidden, d]
-  std::vector<torch::Tensor> w_down_;                 // [n_layers] x [d, mlp_hidden]
+  torch::Tensor embed_;                              // [V, d]
+  torch::Tensor lm_head_;                            // [V, d] (untied only)
+  torch::Tensor final_norm_;                         // [d]
+  std::vector<Attention> attn_;                      // [n_layers]
+  std::vector<torch::Tensor> attn_norm_, mlp_norm_;  // [n_layers] x [d]
+  std::vector<torch::Tensor> shift_;                 // [n_layers] x [token_shift, d] (token_shift > 0 only)
+  std::vector<torch::Tensor> w_gate_, w_up_;         // [n_layers] x [mlp_hidden, d]
+  std::vector<torch::Tensor> w_down_;                // [n_layers] x [d, mlp_hidden]
 };
 TORCH_MODULE(Decoder);
 
@@ -56,7 +58,8 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
 // Equal to lm_loss(model.forward(tokens), targets) up to float summation order (tested).
 torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, const torch::Tensor& targets);
 
-// Parameter count and a one-line description, e.g. "2 layers [chunked W8/S8, chunked W8/S8], d=128, 0.3M params".
+// Parameter count and a one-line description, e.g. "2 layers [chunked W8/S8, chunked W8/S8], d=128, 0.3M
+// params".
 std::string model_describe(DecoderImpl& model);
 
 }  // namespace phasescope

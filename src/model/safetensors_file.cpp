@@ -4,13 +4,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/json_fields.h"
@@ -24,14 +23,17 @@ namespace {
 // pread exactly n bytes at `offset` or fail naming the file.
 std::string pread_exact(const std::string& path, uint64_t offset, uint64_t n) {
   int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno), "check the path and its permissions");
+  if (fd < 0)
+    fail(path, std::string("cannot open: ") + std::strerror(errno), "check the path and its permissions");
   std::string buf(size_t(n), '\0');
   uint64_t done = 0;
   while (done < n) {
     ssize_t r = ::pread(fd, &buf[size_t(done)], size_t(n - done), off_t(offset + done));
     if (r <= 0) {
       ::close(fd);
-      fail(path, "read failed at byte " + std::to_string(offset + done) + (r < 0 ? std::string(": ") + std::strerror(errno) : " (end of file)"),
+      fail(path,
+           "read failed at byte " + std::to_string(offset + done) +
+               (r < 0 ? std::string(": ") + std::strerror(errno) : " (end of file)"),
            "the file is truncated or unreadable: download it again");
     }
     done += uint64_t(r);
@@ -89,16 +91,20 @@ SafetensorsFile safetensors_open(const std::string& path) {
   SafetensorsFile f;
   f.path = path;
   int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno), "check the path and its permissions");
+  if (fd < 0)
+    fail(path, std::string("cannot open: ") + std::strerror(errno), "check the path and its permissions");
   const off_t size = ::lseek(fd, 0, SEEK_END);
   ::close(fd);
-  if (size < 8) fail(path, "file too short for a safetensors header (" + std::to_string(size) + " bytes)", fix);
+  if (size < 8)
+    fail(path, "file too short for a safetensors header (" + std::to_string(size) + " bytes)", fix);
   f.file_size = uint64_t(size);
   const std::string lenbuf = pread_exact(path, 0, 8);
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= uint64_t(uint8_t(lenbuf[size_t(i)])) << (8 * i);
-  if (len > f.file_size - 8) fail(path, "header length " + std::to_string(len) + " exceeds the file size", fix);
-  if (len > (uint64_t(100) << 20)) fail(path, "header of " + std::to_string(len) + " bytes (over 100 MB)", fix);
+  if (len > f.file_size - 8)
+    fail(path, "header length " + std::to_string(len) + " exceeds the file size", fix);
+  if (len > (uint64_t(100) << 20))
+    fail(path, "header of " + std::to_string(len) + " bytes (over 100 MB)", fix);
   f.header_bytes = 8 + len;
   f.bytes_read = f.header_bytes;
   json header = json_parse_or_fail(pread_exact(path, 8, len), path + " header", fix);
@@ -123,7 +129,8 @@ SafetensorsFile safetensors_open(const std::string& path) {
            "phasescope reads F64, F32, F16, BF16, F8_E4M3, F8_E8M0, I64, I32, I16, I8, U8 and BOOL tensors");
     uint64_t numel = 1;
     for (const auto& d : e["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where, "shape entries must be integers >= 0", fix);
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        fail(where, "shape entries must be integers >= 0", fix);
       t.shape.push_back(d.get<int64_t>());
       numel *= uint64_t(t.shape.back());
     }
@@ -131,8 +138,10 @@ SafetensorsFile safetensors_open(const std::string& path) {
       if (!o.is_number_unsigned()) fail(where, "data_offsets must be integers >= 0", fix);
     const uint64_t b = e["data_offsets"][0].get<uint64_t>(), en = e["data_offsets"][1].get<uint64_t>();
     if (en < b || en - b != numel * uint64_t(esize))
-      fail(where, "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) + "] do not hold " +
-                      std::to_string(numel) + " values of " + t.dtype, fix);
+      fail(where,
+           "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) + "] do not hold " +
+               std::to_string(numel) + " values of " + t.dtype,
+           fix);
     if (f.header_bytes + en > f.file_size)
       fail(where, "its bytes end past the end of the file (" + std::to_string(f.file_size) + " bytes)", fix);
     t.begin = f.header_bytes + b;
@@ -149,7 +158,8 @@ SafetensorsFile safetensors_open(const std::string& path) {
 
 std::string safetensors_read_raw(SafetensorsFile& f, const std::string& name) {
   auto it = f.tensors.find(name);
-  if (it == f.tensors.end()) fail(f.path, "no tensor named '" + name + "'", "check the tensor name (and the checkpoint's layout)");
+  if (it == f.tensors.end())
+    fail(f.path, "no tensor named '" + name + "'", "check the tensor name (and the checkpoint's layout)");
   const uint64_t n = it->second.end - it->second.begin;
   f.bytes_read += n;
   return pread_exact(f.path, it->second.begin, n);
@@ -158,7 +168,8 @@ std::string safetensors_read_raw(SafetensorsFile& f, const std::string& name) {
 torch::Tensor safetensors_read(SafetensorsFile& f, const std::string& name, torch::Dtype out) {
   std::string raw = safetensors_read_raw(f, name);
   const SafetensorsEntry& e = f.tensors.at(name);
-  auto t = torch::from_blob(raw.data(), {int64_t(raw.size()) / safetensors_dtype_size(e.dtype)}, torch_dtype_of(e.dtype))
+  auto t = torch::from_blob(raw.data(), {int64_t(raw.size()) / safetensors_dtype_size(e.dtype)},
+                            torch_dtype_of(e.dtype))
                .clone();  // owns its memory past `raw`
   if (e.dtype == "F8_E4M3") {
     static const torch::Tensor table = fp8_table(fp8_e4m3_value);

@@ -1,10 +1,9 @@
 // v4_checkpoint.cpp — see v4_checkpoint.h.
 #include "model/v4_checkpoint.h"
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -25,14 +24,17 @@ void field(const json& j, const std::string& key, T& out, const std::string& whe
   if (!j.contains(key) || j[key].is_null()) return;
   const json& v = j[key];
   bool ok = false;
-  if constexpr (std::is_same_v<T, int>) ok = v.is_number_integer();
-  else if constexpr (std::is_same_v<T, double>) ok = v.is_number();
+  if constexpr (std::is_same_v<T, int>)
+    ok = v.is_number_integer();
+  else if constexpr (std::is_same_v<T, double>)
+    ok = v.is_number();
   else if constexpr (std::is_same_v<T, std::vector<int>>) {
     ok = v.is_array();
     for (const auto& e : v) ok = ok && e.is_number_integer();
   }
-  if (!ok) fail(where + " field '" + key + "'", "has the wrong type (" + std::string(v.type_name()) + ")",
-                "write it as the official config does (an integer, a number or a list of integers)");
+  if (!ok)
+    fail(where + " field '" + key + "'", "has the wrong type (" + std::string(v.type_name()) + ")",
+         "write it as the official config does (an integer, a number or a list of integers)");
   out = v.get<T>();
 }
 
@@ -105,7 +107,8 @@ V4Args args_from_hf(const json& j, const std::string& where) {
 
 void check_args(const V4Args& a, const std::string& where) {
   auto need = [&](bool ok, const std::string& f, const std::string& what) {
-    if (!ok) fail(where + " field '" + f + "'", what, "check the checkpoint's config.json against its model card");
+    if (!ok)
+      fail(where + " field '" + f + "'", what, "check the checkpoint's config.json against its model card");
   };
   need(a.dim > 0 && a.n_heads > 0 && a.head_dim > 0 && a.q_lora_rank > 0, "dim", "dims must be positive");
   need(a.rope_head_dim > 0 && a.rope_head_dim % 2 == 0 && a.rope_head_dim <= a.head_dim, "rope_head_dim",
@@ -130,7 +133,8 @@ void find_tensors(V4Checkpoint& ck) {
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       fail(index.string(), "no weight_map object", "download model.safetensors.index.json again");
     for (const auto& [name, file] : j["weight_map"].items()) {
-      if (!file.is_string()) fail(index.string() + " weight_map '" + name + "'", "not a file name", "download it again");
+      if (!file.is_string())
+        fail(index.string() + " weight_map '" + name + "'", "not a file name", "download it again");
       ck.file_of[name] = (dir / file.get<std::string>()).string();
     }
     return;
@@ -149,8 +153,10 @@ void find_tensors(V4Checkpoint& ck) {
       single.push_back(e.path().string());
     }
   }
-  if (!official.empty()) ck.layout = V4Layout::Official;
-  else if (!single.empty()) ck.layout = V4Layout::HuggingFace;
+  if (!official.empty())
+    ck.layout = V4Layout::Official;
+  else if (!single.empty())
+    ck.layout = V4Layout::HuggingFace;
   else
     fail(ck.dir, "holds neither model.safetensors.index.json, model.safetensors nor model0-mp1.safetensors",
          "pass the directory of a DeepSeek-V4 download (Hugging Face layout) or of its official conversion");
@@ -169,13 +175,16 @@ SafetensorsFile& file_for(V4Checkpoint& ck, const std::string& name) {
   auto f = ck.open.find(it->second);
   if (f == ck.open.end()) f = ck.open.emplace(it->second, safetensors_open(it->second)).first;
   if (!f->second.tensors.count(name))
-    fail(it->second, "the index says it holds '" + name + "' but its header does not", "download the shard again");
+    fail(it->second, "the index says it holds '" + name + "' but its header does not",
+         "download the shard again");
   return f->second;
 }
 
 }  // namespace
 
-std::string v4_layout_name(V4Layout layout) { return layout == V4Layout::Official ? "official" : "huggingface"; }
+std::string v4_layout_name(V4Layout layout) {
+  return layout == V4Layout::Official ? "official" : "huggingface";
+}
 
 V4Checkpoint v4_open(const std::string& dir) {
   V4Checkpoint ck;
@@ -228,7 +237,8 @@ torch::Tensor v4_read(V4Checkpoint& ck, const std::string& name, torch::Dtype dt
   if (dt == "F8_E4M3") {
     // W[o, i] = e4m3(code[o, i]) * scale[o / b, i / b]
     const std::string stem = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0
-                                 ? name.substr(0, name.size() - 7) : name;
+                                 ? name.substr(0, name.size() - 7)
+                                 : name;
     std::string sname = stem + ".scale";
     if (!v4_has(ck, sname)) sname = stem + ".weight_scale_inv";
     if (!v4_has(ck, sname))
@@ -236,15 +246,18 @@ torch::Tensor v4_read(V4Checkpoint& ck, const std::string& name, torch::Dtype dt
            "the checkpoint is incomplete: download it again");
     torch::Tensor s = v4_read(ck, sname, torch::kFloat64);
     const int64_t b = ck.args.fp8_block;
-    if (w.dim() != 2 || s.dim() != 2 || s.size(0) != (w.size(0) + b - 1) / b || s.size(1) != (w.size(1) + b - 1) / b)
+    if (w.dim() != 2 || s.dim() != 2 || s.size(0) != (w.size(0) + b - 1) / b ||
+        s.size(1) != (w.size(1) + b - 1) / b)
       fail(f.path + " tensor '" + sname + "'",
-           "has the wrong shape for the " + std::to_string(b) + " x " + std::to_string(b) + " blocks of '" + name + "'",
+           "has the wrong shape for the " + std::to_string(b) + " x " + std::to_string(b) + " blocks of '" +
+               name + "'",
            "check quantization_config.weight_block_size in config.json");
     s = s.repeat_interleave(b, 0).narrow(0, 0, w.size(0)).repeat_interleave(b, 1).narrow(1, 0, w.size(1));
     w = w * s;
   }
   if (!torch::isfinite(w).all().item<bool>())
-    fail(f.path + " tensor '" + name + "'", "holds NaN or infinite values", "the checkpoint is damaged: download it again");
+    fail(f.path + " tensor '" + name + "'", "holds NaN or infinite values",
+         "the checkpoint is damaged: download it again");
   return w.to(dtype);
 }
 
@@ -253,7 +266,9 @@ AttnConfig v4_attn_config(const V4Args& a, int layer) {
     fail("--layer " + std::to_string(layer), "the checkpoint has layers 0.." + std::to_string(a.n_layers - 1),
          "pass a layer index in that range");
   const int m = a.compress_ratios[size_t(layer)];
-  AttnConfig c = attn_config_default(m == 0 ? AttnKind::DsWindow : m == 4 ? AttnKind::DsCsa : AttnKind::DsHca);
+  AttnConfig c = attn_config_default(m == 0   ? AttnKind::DsWindow
+                                     : m == 4 ? AttnKind::DsCsa
+                                              : AttnKind::DsHca);
   c.d_model = a.dim;
   c.n_heads = a.n_heads;
   c.n_kv_heads = 1;
@@ -320,7 +335,8 @@ Attention v4_attention_load(V4Checkpoint& ck, int layer, torch::Dtype dtype) {
       std::ostringstream got, want;
       got << w.sizes();
       want << p.sizes();
-      fail(ck.file_of.at(theirs) + " tensor '" + theirs + "'", "has shape " + got.str() + ", the config implies " + want.str(),
+      fail(ck.file_of.at(theirs) + " tensor '" + theirs + "'",
+           "has shape " + got.str() + ", the config implies " + want.str(),
            "check that config.json belongs to these weights");
     }
     p.copy_(w);
@@ -339,10 +355,12 @@ V4LayerOutput v4_layer_run(Attention& attn, const torch::Tensor& x) {
   V4LayerOutput r;
   r.out = attn->forward(x.to(attn->param("wkv").scalar_type()), 0, &trace);
   if (c.kind != AttnKind::DsWindow) {
-    r.kv_compressed = trace.entry_kv.defined() ? trace.entry_kv : torch::zeros({x.size(0), 0, c.head_dim}, r.out.options());
+    r.kv_compressed =
+        trace.entry_kv.defined() ? trace.entry_kv : torch::zeros({x.size(0), 0, c.head_dim}, r.out.options());
     if (c.index_topk > 0)
-      r.index_topk = trace.index_topk.defined() ? trace.index_topk
-                                                : torch::full({x.size(0), x.size(1), c.index_topk}, -1, torch::kInt64);
+      r.index_topk = trace.index_topk.defined()
+                         ? trace.index_topk
+                         : torch::full({x.size(0), x.size(1), c.index_topk}, -1, torch::kInt64);
   }
   return r;
 }

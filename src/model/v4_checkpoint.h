@@ -58,7 +58,7 @@ std::string v4_layout_name(V4Layout layout);  // "official" / "huggingface"
 struct V4Checkpoint {
   std::string dir;
   V4Layout layout = V4Layout::Official;
-  std::string config_style;                     // "ModelArgs" or "Hugging Face" (the config's keys)
+  std::string config_style;  // "ModelArgs" or "Hugging Face" (the config's keys)
   V4Args args;
   std::map<std::string, std::string> file_of;   // tensor name -> file path
   std::map<std::string, SafetensorsFile> open;  // files whose header has been read

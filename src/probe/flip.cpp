@@ -60,7 +60,8 @@ FlipSpec flip_fp8_example() {
       "    fp8_max_inv = 1.0 / fp8_max\n"
       "\n"
       "    @T.prim_func\n"
-      "    def act_quant(X: T.Tensor((N,), \"bfloat16\"), Y: T.Tensor((N,), FP8), S: T.Tensor((N // block_size,), FP32)):\n"
+      "    def act_quant(X: T.Tensor((N,), \"bfloat16\"), Y: T.Tensor((N,), FP8), S: T.Tensor((N // "
+      "block_size,), FP32)):\n"
       "        with T.Kernel(N // block_size) as pid:\n"
       "            x_local = T.alloc_fragment((block_size,), compute_dtype)\n"
       "            amax_local = T.alloc_fragment((1,), compute_dtype)\n"
@@ -88,12 +89,16 @@ std::string flip_filler(const FlipFamily& f, int n) {
 FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream* log) {
   const size_t slot = spec.template_text.find(kSlot);
   if (slot == std::string::npos || spec.template_text.find(kSlot, slot + 1) != std::string::npos)
-    fail("flip template", "the template must contain {filler} exactly once", "mark where the filler goes with {filler}");
+    fail("flip template", "the template must contain {filler} exactly once",
+         "mark where the filler goes with {filler}");
   if (spec.families.empty()) fail("flip", "no filler family", "pass --filler UNIT (e.g. \" =\")");
-  if (spec.candidates.size() < 2) fail("flip", "fewer than two candidates", "pass --candidate A --candidate B");
-  if (spec.L_min < 0 || spec.L_max < spec.L_min) fail("flip", "the L range is empty", "pass --L-min <= --L-max");
+  if (spec.candidates.size() < 2)
+    fail("flip", "fewer than two candidates", "pass --candidate A --candidate B");
+  if (spec.L_min < 0 || spec.L_max < spec.L_min)
+    fail("flip", "the L range is empty", "pass --L-min <= --L-max");
   for (const FlipFamily& f : spec.families)
-    if (flip_filler(f, 1).empty()) fail("flip filler " + show(f.unit), "the unit is empty", "pass a unit like \" =\"");
+    if (flip_filler(f, 1).empty())
+      fail("flip filler " + show(f.unit), "the unit is empty", "pass a unit like \" =\"");
   const std::string prefix = spec.template_text.substr(0, slot), suffix = spec.template_text.substr(slot + 8);
 
   FlipDesign d;
@@ -121,14 +126,16 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
       while (j < head.size() && j < full.size() && head[j] == full[j]) ++j;
       int L = static_cast<int>(j);
       if (j < head.size()) {
-        size_t pos = ts.decode(std::vector<int>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(j))).size();
+        size_t pos =
+            ts.decode(std::vector<int>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(j))).size();
         while (pos < B && size_t(L) < full.size()) {
           pos += ts.decode({full[size_t(L)]}).size();
           ++L;
         }
         ++straddled;
       }
-      units_for_L.emplace(L + (d.bos >= 0 ? 1 : 0), n);  // BOS counts: L is the position where the code starts
+      units_for_L.emplace(L + (d.bos >= 0 ? 1 : 0),
+                          n);  // BOS counts: L is the position where the code starts
     }
     std::vector<int> missing;
     std::vector<std::string> cand_texts;
@@ -177,19 +184,22 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
   if (d.points.empty())
     fail("flip", fmt::format("no filler length reaches L in [{}, {}]", spec.L_min, spec.L_max),
          "widen --L-min / --L-max (L counts the tokens up to the end of the filler)");
-  d.fingerprint = fmt::format("flip families={} candidates={} L={}..{} points={} pieces={}", spec.families.size(),
-                              spec.candidates.size(), spec.L_min, spec.L_max, d.points.size(), hash_hex(fnv1a(id)));
+  d.fingerprint =
+      fmt::format("flip families={} candidates={} L={}..{} points={} pieces={}", spec.families.size(),
+                  spec.candidates.size(), spec.L_min, spec.L_max, d.points.size(), hash_hex(fnv1a(id)));
   if (log) {
-    *log << fmt::format("flip: {} points ({} families x L in [{}, {}]), {} candidates, {} samples\n", d.points.size(),
-                        spec.families.size(), spec.L_min, spec.L_max, spec.candidates.size(), d.samples());
+    *log << fmt::format("flip: {} points ({} families x L in [{}, {}]), {} candidates, {} samples\n",
+                        d.points.size(), spec.families.size(), spec.L_min, spec.L_max, spec.candidates.size(),
+                        d.samples());
     for (size_t fi = 0; fi < d.missing_L.size(); ++fi)
       if (!d.missing_L[fi].empty())
         *log << fmt::format("  family {}: no filler length gives L = {}\n", spec.families[fi].name,
                             fmt::join(d.missing_L[fi], ", "));
     if (straddled > 0)
-      *log << fmt::format("  {} filler length(s) end inside a token (the filler merges with the text after it): that "
-                          "token counts in L\n",
-                          straddled);
+      *log << fmt::format(
+          "  {} filler length(s) end inside a token (the filler merges with the text after it): that "
+          "token counts in L\n",
+          straddled);
   }
   return d;
 }
@@ -223,7 +233,8 @@ ScoringSample flip_render(const FlipDesign& d, int64_t id, const std::string& mo
   return s;
 }
 
-FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& records, const std::string& model) {
+FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& records,
+                        const std::string& model) {
   FlipResult r;
   r.model = model;
   for (const FlipFamily& f : d.spec.families) r.families.push_back(f.name);
@@ -272,8 +283,8 @@ FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& r
     for (const FlipPointResult& pr : r.points)
       if (pr.winner >= 0) votes[size_t(pr.L % P)][size_t(pr.winner)]++;
     for (int k = 0; k < P; ++k)
-      fp.pattern.push_back(static_cast<int>(std::max_element(votes[size_t(k)].begin(), votes[size_t(k)].end()) -
-                                            votes[size_t(k)].begin()));
+      fp.pattern.push_back(static_cast<int>(
+          std::max_element(votes[size_t(k)].begin(), votes[size_t(k)].end()) - votes[size_t(k)].begin()));
     for (const FlipPointResult& pr : r.points)
       if (pr.winner >= 0 && pr.winner == fp.pattern[size_t(pr.L % P)]) ++fp.follows;
     return fp;
@@ -306,25 +317,31 @@ std::string flip_format(const FlipResult& r) {
   for (const FlipPointResult& p : r.points) {
     o << fmt::format("{:<10} {:>4} {:>6}", r.families[size_t(p.family)], p.L, p.units);
     for (size_t c = 0; c < C; ++c)
-      o << (std::isnan(p.logprob[c]) ? fmt::format(" {:>10}", "?") : fmt::format(" {:>10.3f}", std::exp(p.logprob[c])));
-    o << fmt::format(" {:>8} {:>8}\n", p.winner >= 0 ? r.candidates[size_t(p.winner)] : "-", p.follows ? "yes" : "no");
+      o << (std::isnan(p.logprob[c]) ? fmt::format(" {:>10}", "?")
+                                     : fmt::format(" {:>10.3f}", std::exp(p.logprob[c])));
+    o << fmt::format(" {:>8} {:>8}\n", p.winner >= 0 ? r.candidates[size_t(p.winner)] : "-",
+                     p.follows ? "yes" : "no");
   }
   auto pattern = [&](const FlipPeriod& fp) {
     std::string s;
-    for (int k = 0; k < fp.P; ++k) s += fmt::format("{}L%{}={}:{}", k ? ", " : "", fp.P, k, r.candidates[size_t(fp.pattern[size_t(k)])]);
+    for (int k = 0; k < fp.P; ++k)
+      s += fmt::format("{}L%{}={}:{}", k ? ", " : "", fp.P, k, r.candidates[size_t(fp.pattern[size_t(k)])]);
     return s;
   };
-  o << fmt::format("\nperiod: P = {} ({}); {} of {} comparisons follow it ({} without flips, P = 1); {} flips between "
-                   "consecutive lengths\n",
-                   r.best.P, pattern(r.best), r.best.follows, r.comparisons, r.baseline.follows, r.flips);
+  o << fmt::format(
+      "\nperiod: P = {} ({}); {} of {} comparisons follow it ({} without flips, P = 1); {} flips between "
+      "consecutive lengths\n",
+      r.best.P, pattern(r.best), r.best.follows, r.comparisons, r.baseline.follows, r.flips);
   o << "by period:";
   for (const FlipPeriod& fp : r.periods) o << fmt::format(" P={}:{}", fp.P, fp.follows);
   o << "\n";
-  if (r.unscored > 0) o << fmt::format("{} samples are missing or failed in the journal: rerun to score them\n", r.unscored);
+  if (r.unscored > 0)
+    o << fmt::format("{} samples are missing or failed in the journal: rerun to score them\n", r.unscored);
   return o.str();
 }
 
-FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions& opt, const std::string& out_dir) {
+FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions& opt,
+                    const std::string& out_dir) {
   // score (or resume) every (length, candidate)
   io_make_dirs(out_dir);
   ScoringOptions po;
@@ -334,7 +351,8 @@ FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions&
   po.log = opt.log;
   po.max_failed_batches = opt.max_failed_batches;
   const std::string journal = out_dir + "/journal.jsonl";
-  scoring_run(backend, d.samples(), [&](int64_t i) { return flip_render(d, i, opt.model); }, journal, po);
+  scoring_run(
+      backend, d.samples(), [&](int64_t i) { return flip_render(d, i, opt.model); }, journal, po);
 
   // the analysis and its files
   const FlipResult r = flip_analyze(d, journal_load(journal).records, opt.model);
@@ -363,9 +381,12 @@ FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions&
   for (const std::string& c : r.candidates) csv += ",logprob(" + c + ")";
   csv += ",winner,follows\n";
   for (const FlipPointResult& p : r.points) {
-    nlohmann::json pj = {{"family", r.families[size_t(p.family)]}, {"L", p.L}, {"units", p.units},
-                         {"winner", p.winner >= 0 ? nlohmann::json(r.candidates[size_t(p.winner)]) : nlohmann::json(nullptr)},
-                         {"follows", p.follows}};
+    nlohmann::json pj = {
+        {"family", r.families[size_t(p.family)]},
+        {"L", p.L},
+        {"units", p.units},
+        {"winner", p.winner >= 0 ? nlohmann::json(r.candidates[size_t(p.winner)]) : nlohmann::json(nullptr)},
+        {"follows", p.follows}};
     csv += fmt::format("{},{},{}", r.families[size_t(p.family)], p.L, p.units);
     for (double lp : p.logprob) {
       pj["logprob"].push_back(std::isnan(lp) ? nlohmann::json(nullptr) : nlohmann::json(lp));

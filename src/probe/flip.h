@@ -18,8 +18,8 @@
 
 #include "eval/backend.h"
 #include "eval/journal.h"
-#include "http/token_source.h"
 #include "eval/scoring.h"
+#include "http/token_source.h"
 
 namespace phasescope {
 
@@ -29,11 +29,11 @@ struct FlipFamily {
 };
 
 struct FlipSpec {
-  std::string template_text;                // contains "{filler}" exactly once
-  std::vector<FlipFamily> families;         // >= 1
-  std::vector<std::string> candidates;      // >= 2 continuations, e.g. "8" and "32"
-  int L_min = 24, L_max = 39;               // the sweep (tokens, measured)
-  int P_min = 2, P_max = 0;                 // periods tried; 0 = half the number of lengths
+  std::string template_text;            // contains "{filler}" exactly once
+  std::vector<FlipFamily> families;     // >= 1
+  std::vector<std::string> candidates;  // >= 2 continuations, e.g. "8" and "32"
+  int L_min = 24, L_max = 39;           // the sweep (tokens, measured)
+  int P_min = 2, P_max = 0;             // periods tried; 0 = half the number of lengths
 };
 
 // The built-in example: the paper's FP8 kernel-completion probe from the facts of the design doc
@@ -46,17 +46,17 @@ std::string flip_filler(const FlipFamily& f, int n);  // the filler text of n un
 
 struct FlipPoint {
   int family = 0;
-  int L = 0;        // measured: tokens (BOS included) that start before the end of the filler
-  int units = 0;    // n
-  std::vector<int> prompt;                     // (T) BOS first when the model has one
-  std::vector<std::vector<int>> candidates;    // (C) each candidate's tokens in context
+  int L = 0;                // measured: tokens (BOS included) that start before the end of the filler
+  int units = 0;            // n
+  std::vector<int> prompt;  // (T) BOS first when the model has one
+  std::vector<std::vector<int>> candidates;  // (C) each candidate's tokens in context
 };
 
 struct FlipDesign {
   FlipSpec spec;
   int bos = -1;
-  std::vector<FlipPoint> points;             // by family, then L
-  std::vector<std::vector<int>> missing_L;   // per family: L in range that no n reaches
+  std::vector<FlipPoint> points;            // by family, then L
+  std::vector<std::vector<int>> missing_L;  // per family: L in range that no n reaches
   std::string fingerprint;
   int64_t samples() const { return int64_t(points.size() * spec.candidates.size()); }
 };
@@ -77,24 +77,25 @@ struct FlipPointResult {
 
 struct FlipPeriod {
   int P = 0;
-  int follows = 0;              // comparisons whose winner matches the pattern
-  std::vector<int> pattern;     // (P) the winning candidate per class L mod P
+  int follows = 0;           // comparisons whose winner matches the pattern
+  std::vector<int> pattern;  // (P) the winning candidate per class L mod P
 };
 
 struct FlipResult {
   std::string model;
   std::vector<std::string> families, candidates;
   std::vector<FlipPointResult> points;
-  int comparisons = 0;          // points with a winner
-  int flips = 0;                // consecutive lengths (same family) whose winners differ
-  FlipPeriod best;              // the detected period
-  FlipPeriod baseline;          // P = 1: one candidate always
+  int comparisons = 0;              // points with a winner
+  int flips = 0;                    // consecutive lengths (same family) whose winners differ
+  FlipPeriod best;                  // the detected period
+  FlipPeriod baseline;              // P = 1: one candidate always
   std::vector<FlipPeriod> periods;  // every P tried
-  int unscored = 0;             // samples missing or failed in the journal
+  int unscored = 0;                 // samples missing or failed in the journal
 };
 
 // The analysis of a journal's records (pure: tests feed it directly).
-FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& records, const std::string& model);
+FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& records,
+                        const std::string& model);
 std::string flip_format(const FlipResult& r);  // table of winners per L and the period summary
 
 struct FlipRunOptions {
@@ -105,6 +106,7 @@ struct FlipRunOptions {
 };
 
 // Score (or resume) into out_dir/journal.jsonl, analyze, write flip.json, flip.csv, flip.txt.
-FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions& opt, const std::string& out_dir);
+FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions& opt,
+                    const std::string& out_dir);
 
 }  // namespace phasescope

@@ -96,43 +96,52 @@ NeedleBase draw_base(const NeedleDesign& d, int b, int attempt) {
 
 const std::vector<std::string>& needle_default_keys() {
   static const std::vector<std::string> w = {
-      "apple", "river", "window", "garden", "bottle", "candle", "mirror", "pocket", "ladder", "basket", "hammer",
-      "pillow", "carpet", "bucket", "jacket", "button", "engine", "rocket", "planet", "forest", "desert", "island",
-      "valley", "bridge", "castle", "temple", "market", "office", "school", "church", "prison", "palace", "harbor",
-      "tunnel", "station", "airport", "village", "country", "mountain", "ocean", "lake", "cloud", "storm", "thunder",
-      "shadow", "silver", "copper", "marble", "cotton", "leather", "paper", "glass", "stone", "metal", "wood",
-      "iron", "steel", "brick", "sand", "snow", "rain", "wind", "fire", "water", "earth", "light", "sound", "voice",
-      "music", "story", "letter", "number", "picture", "answer", "question", "problem", "reason", "method", "system",
-      "program", "machine", "computer", "phone", "camera", "screen", "keyboard", "printer", "table", "chair", "door",
-      "floor", "wall", "roof", "kitchen", "bedroom", "house", "street", "road", "car", "train", "plane", "ship",
-      "boat", "horse", "tiger", "lion", "eagle", "rabbit", "monkey", "dolphin", "spider", "turtle", "parrot", "wolf",
-      "bear", "fox", "deer", "snake", "frog", "duck", "goose", "sheep", "goat", "mouse", "king", "queen", "doctor",
-      "teacher", "farmer", "soldier", "pilot", "artist", "writer", "singer", "dancer", "driver", "lawyer", "nurse",
-      "baker", "banker", "captain", "student", "child", "friend", "family", "money", "price", "market", "garden",
-      "winter", "summer", "spring", "autumn", "morning", "evening", "night", "moon", "star", "sun", "sky", "field",
-      "flower", "tree", "leaf", "root", "seed", "grass", "bread", "butter", "cheese", "sugar", "salt", "pepper",
-      "coffee", "tea", "milk", "wine", "juice", "soup", "rice", "pizza", "cake", "cookie", "lemon", "orange",
-      "banana", "cherry", "grape", "melon", "peach", "onion", "potato", "tomato", "carrot", "garlic", "ticket",
-      "wallet", "helmet", "blanket", "towel", "brush", "comb", "needle", "thread", "rope", "chain", "lock", "key",
-      "clock", "watch", "ring", "crown", "sword", "shield", "arrow", "drum", "piano", "guitar", "violin", "flute"};
+      "apple",    "river",   "window",   "garden",  "bottle",   "candle",  "mirror",  "pocket",  "ladder",
+      "basket",   "hammer",  "pillow",   "carpet",  "bucket",   "jacket",  "button",  "engine",  "rocket",
+      "planet",   "forest",  "desert",   "island",  "valley",   "bridge",  "castle",  "temple",  "market",
+      "office",   "school",  "church",   "prison",  "palace",   "harbor",  "tunnel",  "station", "airport",
+      "village",  "country", "mountain", "ocean",   "lake",     "cloud",   "storm",   "thunder", "shadow",
+      "silver",   "copper",  "marble",   "cotton",  "leather",  "paper",   "glass",   "stone",   "metal",
+      "wood",     "iron",    "steel",    "brick",   "sand",     "snow",    "rain",    "wind",    "fire",
+      "water",    "earth",   "light",    "sound",   "voice",    "music",   "story",   "letter",  "number",
+      "picture",  "answer",  "question", "problem", "reason",   "method",  "system",  "program", "machine",
+      "computer", "phone",   "camera",   "screen",  "keyboard", "printer", "table",   "chair",   "door",
+      "floor",    "wall",    "roof",     "kitchen", "bedroom",  "house",   "street",  "road",    "car",
+      "train",    "plane",   "ship",     "boat",    "horse",    "tiger",   "lion",    "eagle",   "rabbit",
+      "monkey",   "dolphin", "spider",   "turtle",  "parrot",   "wolf",    "bear",    "fox",     "deer",
+      "snake",    "frog",    "duck",     "goose",   "sheep",    "goat",    "mouse",   "king",    "queen",
+      "doctor",   "teacher", "farmer",   "soldier", "pilot",    "artist",  "writer",  "singer",  "dancer",
+      "driver",   "lawyer",  "nurse",    "baker",   "banker",   "captain", "student", "child",   "friend",
+      "family",   "money",   "price",    "market",  "garden",   "winter",  "summer",  "spring",  "autumn",
+      "morning",  "evening", "night",    "moon",    "star",     "sun",     "sky",     "field",   "flower",
+      "tree",     "leaf",    "root",     "seed",    "grass",    "bread",   "butter",  "cheese",  "sugar",
+      "salt",     "pepper",  "coffee",   "tea",     "milk",     "wine",    "juice",   "soup",    "rice",
+      "pizza",    "cake",    "cookie",   "lemon",   "orange",   "banana",  "cherry",  "grape",   "melon",
+      "peach",    "onion",   "potato",   "tomato",  "carrot",   "garlic",  "ticket",  "wallet",  "helmet",
+      "blanket",  "towel",   "brush",    "comb",    "needle",   "thread",  "rope",    "chain",   "lock",
+      "key",      "clock",   "watch",    "ring",    "crown",    "sword",   "shield",  "arrow",   "drum",
+      "piano",    "guitar",  "violin",   "flute"};
   return w;
 }
 
 const std::vector<std::string>& needle_default_values() {
   static const std::vector<std::string> w = {
-      " red", " blue", " green", " yellow", " purple", " black", " white", " brown", " pink", " gray", " gold",
-      " cat", " dog", " cow", " pig", " hen", " owl", " bee", " ant", " bat", " fish", " bird", " shark", " whale",
-      " pear", " plum", " lime", " fig", " nut", " corn", " bean", " pea", " egg", " ham", " jam", " pie", " tea",
-      " cup", " pan", " pot", " box", " bag", " hat", " cap", " coat", " shoe", " sock", " belt", " ring", " coin",
-      " map", " pen", " book", " card", " note", " film", " song", " game", " ball", " kite", " toy", " doll",
-      " bed", " lamp", " fan", " sofa", " desk", " shelf", " sink", " tap", " pipe", " wire", " nail", " bolt",
-      " tool", " saw", " axe", " gun", " bow", " flag", " sign", " gate", " wall", " tower", " farm", " barn",
-      " mill", " mine", " port", " dock", " pier", " beach", " hill", " cave", " rock", " cliff", " reef", " bay",
-      " pond", " well", " road", " path", " lane", " park", " zoo", " bank", " shop", " club", " hall", " room",
-      " king", " duke", " monk", " nun", " chef", " cook", " maid", " guard", " judge", " poet", " spy", " thief",
-      " north", " south", " east", " west", " one", " two", " three", " four", " five", " six", " seven", " eight",
-      " nine", " ten", " zero", " hundred", " iron", " gold", " salt", " oil", " gas", " ice", " dust", " mud",
-      " silk", " wool", " lace", " felt", " fur", " bone", " horn", " shell", " pearl", " ruby", " jade", " opal"};
+      " red",  " blue",  " green", " yellow", " purple", " black", " white", " brown",   " pink",  " gray",
+      " gold", " cat",   " dog",   " cow",    " pig",    " hen",   " owl",   " bee",     " ant",   " bat",
+      " fish", " bird",  " shark", " whale",  " pear",   " plum",  " lime",  " fig",     " nut",   " corn",
+      " bean", " pea",   " egg",   " ham",    " jam",    " pie",   " tea",   " cup",     " pan",   " pot",
+      " box",  " bag",   " hat",   " cap",    " coat",   " shoe",  " sock",  " belt",    " ring",  " coin",
+      " map",  " pen",   " book",  " card",   " note",   " film",  " song",  " game",    " ball",  " kite",
+      " toy",  " doll",  " bed",   " lamp",   " fan",    " sofa",  " desk",  " shelf",   " sink",  " tap",
+      " pipe", " wire",  " nail",  " bolt",   " tool",   " saw",   " axe",   " gun",     " bow",   " flag",
+      " sign", " gate",  " wall",  " tower",  " farm",   " barn",  " mill",  " mine",    " port",  " dock",
+      " pier", " beach", " hill",  " cave",   " rock",   " cliff", " reef",  " bay",     " pond",  " well",
+      " road", " path",  " lane",  " park",   " zoo",    " bank",  " shop",  " club",    " hall",  " room",
+      " king", " duke",  " monk",  " nun",    " chef",   " cook",  " maid",  " guard",   " judge", " poet",
+      " spy",  " thief", " north", " south",  " east",   " west",  " one",   " two",     " three", " four",
+      " five", " six",   " seven", " eight",  " nine",   " ten",   " zero",  " hundred", " iron",  " gold",
+      " salt", " oil",   " gas",   " ice",    " dust",   " mud",   " silk",  " wool",    " lace",  " felt",
+      " fur",  " bone",  " horn",  " shell",  " pearl",  " ruby",  " jade",  " opal"};
   return w;
 }
 
@@ -141,7 +150,8 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   d.spec = spec;
   const int R = spec.R;
   if (R < 1 || R > 4096) fail("--residues", fmt::format("R = {} is outside 1..4096", R), "pass --residues 8");
-  if (spec.samples_per_group < 1) fail("--samples-per-group", "must be at least 1", "pass --samples-per-group 256");
+  if (spec.samples_per_group < 1)
+    fail("--samples-per-group", "must be at least 1", "pass --samples-per-group 256");
   if (spec.key_tokens < 1 || spec.value_tokens < 1)
     fail("--key-tokens / --value-tokens", "must be at least 1", "use the defaults (1 and 1)");
   if (!(spec.middle > 0 && spec.middle <= 0.5)) fail("needle", "middle must be in (0, 0.5]", "use 0.1");
@@ -153,8 +163,9 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   // the filler: one token that stays one token when repeated and before a newline. Punctuation
   // absorbs a following newline in GPT-4-style pre-tokenizers (DeepSeek, Qwen, Llama 3), so after
   // " ." and " -" (SentencePiece models) a word is tried.
-  const std::vector<std::string> fillers =
-      spec.filler.empty() ? std::vector<std::string>{" .", " -", " the", " x"} : std::vector<std::string>{spec.filler};
+  const std::vector<std::string> fillers = spec.filler.empty()
+                                               ? std::vector<std::string>{" .", " -", " the", " x"}
+                                               : std::vector<std::string>{spec.filler};
   std::vector<std::string> ftexts = {"\n"};
   for (const std::string& f : fillers) {
     ftexts.push_back("\n" + f);
@@ -178,7 +189,8 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   }
   if (v.filler_text.empty())
     fail("needle filler", "no usable filler (" + why + ")",
-         "pass --filler TEXT: one token (a short word with its leading space, like \" the\") that does not merge "
+         "pass --filler TEXT: one token (a short word with its leading space, like \" the\") that does not "
+         "merge "
          "with itself or with a newline");
 
   // every other piece in context, from one batch of encodings
@@ -204,22 +216,25 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   seen.clear();
   for (size_t i = 0; i < values.size(); ++i) {
     std::vector<int> t;
-    if (strip_prefix(enc[1], enc[v0 + i], &t) && int(t.size()) == spec.value_tokens && seen.insert(t).second) {
+    if (strip_prefix(enc[1], enc[v0 + i], &t) && int(t.size()) == spec.value_tokens &&
+        seen.insert(t).second) {
       v.values.push_back(t);
       v.value_text.push_back(values[i]);
     }
   }
   if (v.keys.size() < 2 || v.values.size() < 2)
     fail("needle vocabulary",
-         fmt::format("only {} of {} candidate keys tokenize to {} token(s) after a newline and {} of {} values to {} "
-                     "after {}; at least 2 of each are needed",
-                     v.keys.size(), keys.size(), spec.key_tokens, v.values.size(), values.size(), spec.value_tokens,
-                     show(spec.separator)),
-         "pass --key-tokens / --value-tokens matching this tokenizer, or other candidate words (--keys-file, --values-file)");
+         fmt::format(
+             "only {} of {} candidate keys tokenize to {} token(s) after a newline and {} of {} values to {} "
+             "after {}; at least 2 of each are needed",
+             v.keys.size(), keys.size(), spec.key_tokens, v.values.size(), values.size(), spec.value_tokens,
+             show(spec.separator)),
+         "pass --key-tokens / --value-tokens matching this tokenizer, or other candidate words (--keys-file, "
+         "--values-file)");
   // separator after a key, delimiter after a value
-  const std::vector<std::vector<int>> e2 = ts.encode_many(
-      {v.key_text[0], v.key_text[0] + spec.separator, spec.separator + v.value_text[0],
-       spec.separator + v.value_text[0] + spec.delimiter});
+  const std::vector<std::vector<int>> e2 =
+      ts.encode_many({v.key_text[0], v.key_text[0] + spec.separator, spec.separator + v.value_text[0],
+                      spec.separator + v.value_text[0] + spec.delimiter});
   if (!strip_prefix(e2[0], e2[1], &v.separator) || v.separator.empty())
     fail("needle separator " + show(spec.separator), "it merges with the key before it", tok_fix);
   if (!strip_prefix(e2[2], e2[3], &v.delimiter) || v.delimiter.empty())
@@ -227,13 +242,14 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
 
   // sizes: every prompt is exactly spec.context tokens
   d.record_tokens = spec.key_tokens + int(v.separator.size()) + spec.value_tokens + int(v.delimiter.size());
-  const int64_t fixed = (v.bos >= 0 ? 1 : 0) + int64_t(v.header.size()) + (2 * R + 1) + 2 * int64_t(v.filler_end.size()) +
-                        int64_t(v.question.size()) + spec.key_tokens + int64_t(v.separator.size());
+  const int64_t fixed = (v.bos >= 0 ? 1 : 0) + int64_t(v.header.size()) + (2 * R + 1) +
+                        2 * int64_t(v.filler_end.size()) + int64_t(v.question.size()) + spec.key_tokens +
+                        int64_t(v.separator.size());
   const int64_t n_rec = (spec.context - fixed) / d.record_tokens;
   if (n_rec < 3)
     fail("--context " + std::to_string(spec.context),
-         fmt::format("too short: the header, question, fillers and query take {} tokens and a record {}", fixed,
-                     d.record_tokens),
+         fmt::format("too short: the header, question, fillers and query take {} tokens and a record {}",
+                     fixed, d.record_tokens),
          fmt::format("pass --context {} or more", fixed + 16 * d.record_tokens));
   d.n_records = static_cast<int>(n_rec);
   d.rest = static_cast<int>(spec.context - fixed - n_rec * d.record_tokens);
@@ -251,9 +267,10 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
     for (int attempt = 0; !pending.empty(); ++attempt) {
       if (attempt == 4)
         fail("needle prompts",
-             fmt::format("{} base example(s) still re-encode differently after 3 re-draws; first: {}", pending.size(),
-                         first_problem),
-             "the tokenizer merges pieces across records: pass other --separator / --delimiter / candidate words, "
+             fmt::format("{} base example(s) still re-encode differently after 3 re-draws; first: {}",
+                         pending.size(), first_problem),
+             "the tokenizer merges pieces across records: pass other --separator / --delimiter / candidate "
+             "words, "
              "or --no-verify to accept it");
       std::vector<int> failed;
       const size_t chunk = 32;  // bound the memory of 128K-token prompts
@@ -275,10 +292,11 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
             size_t p = 0;
             while (p < bodies[i].size() && p < again[i].size() && bodies[i][p] == again[i][p]) ++p;
             const size_t lo = p >= 6 ? p - 6 : 0;
-            std::vector<int> around(bodies[i].begin() + static_cast<std::ptrdiff_t>(lo),
-                                    bodies[i].begin() + static_cast<std::ptrdiff_t>(std::min(bodies[i].size(), p + 6)));
-            first_problem = fmt::format("base {}: token {} of {} differs; the text there is {}", b, p, bodies[i].size(),
-                                        show(ts.decode(around)));
+            std::vector<int> around(
+                bodies[i].begin() + static_cast<std::ptrdiff_t>(lo),
+                bodies[i].begin() + static_cast<std::ptrdiff_t>(std::min(bodies[i].size(), p + 6)));
+            first_problem = fmt::format("base {}: token {} of {} differs; the text there is {}", b, p,
+                                        bodies[i].size(), show(ts.decode(around)));
           }
         }
       }
@@ -306,9 +324,10 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   layout_moments(pos, res, R, &d.groups, &d.mean, &d.var, &d.mean_range, &d.sd_range);
   if (d.mean_range > spec.tol_mean + 1e-9 || d.sd_range > spec.tol_sd + 1e-9)
     fail("needle layout",
-         fmt::format("the residue groups' target positions differ: means span {:.3f} tokens (tolerance {}), SDs span "
-                     "{:.3f} (tolerance {})",
-                     d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd),
+         fmt::format(
+             "the residue groups' target positions differ: means span {:.3f} tokens (tolerance {}), SDs span "
+             "{:.3f} (tolerance {})",
+             d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd),
          fmt::format("use a multiple of {} for --samples-per-group, or more of them", R));
 
   // what identifies this design (journals refuse to mix designs)
@@ -328,12 +347,13 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   for (const auto& k : v.keys) add(k);
   for (const auto& x : v.values) add(x);
   for (const NeedleBase& b : d.bases) id += std::to_string(b.attempt);
-  d.fingerprint = fmt::format("needle ctx={} R={} n={} rec={} seed={} off={} pieces={}", spec.context, R, n_base,
-                              d.record_tokens, spec.seed, spec.position_offset, hash_hex(fnv1a(id)));
+  d.fingerprint = fmt::format("needle ctx={} R={} n={} rec={} seed={} off={} pieces={}", spec.context, R,
+                              n_base, d.record_tokens, spec.seed, spec.position_offset, hash_hex(fnv1a(id)));
   if (log)
-    *log << fmt::format("needle: {} records of {} tokens, prompt {} tokens, {} keys and {} values usable, {} base "
-                        "example(s) re-drawn after the stability check\n",
-                        d.n_records, d.record_tokens, d.prompt_len, v.keys.size(), v.values.size(), d.redrawn);
+    *log << fmt::format(
+        "needle: {} records of {} tokens, prompt {} tokens, {} keys and {} values usable, {} base "
+        "example(s) re-drawn after the stability check\n",
+        d.n_records, d.record_tokens, d.prompt_len, v.keys.size(), v.values.size(), d.redrawn);
   return d;
 }
 
@@ -345,14 +365,16 @@ ScoringSample needle_render(const NeedleDesign& d, int64_t id, const std::string
   ScoringSample out;
   int64_t tp = -1;
   out.prompt = render_tokens(d, b, s, &tp);
-  PS_ASSERT(int64_t(out.prompt.size()) == d.prompt_len, "needle_render: prompt length differs from the design's");
+  PS_ASSERT(int64_t(out.prompt.size()) == d.prompt_len,
+            "needle_render: prompt length differs from the design's");
   const NeedleBase& base = d.bases[size_t(b)];
   out.answer = d.vocab.values[size_t(base.value[size_t(base.target)])];
   JournalRecord& j = out.rec;
   j.id = id;
   j.seed = d.spec.seed;
   j.base = b;
-  j.cluster = fmt::format("{:016x}", layout_mix64(d.spec.seed, 0x6e656564ull + uint64_t(b), uint64_t(base.attempt)));
+  j.cluster =
+      fmt::format("{:016x}", layout_mix64(d.spec.seed, 0x6e656564ull + uint64_t(b), uint64_t(base.attempt)));
   j.R = R;
   j.residue = static_cast<int>(tp % R);
   j.target_pos = tp;
@@ -373,19 +395,22 @@ std::string needle_format_design(const NeedleDesign& d) {
   const NeedleSpec& s = d.spec;
   o << fmt::format("needle design: {} prompts of {} tokens ({} base examples x {} residues), query at {}\n",
                    d.samples(), d.prompt_len, d.bases.size(), s.R, d.query_pos);
-  o << fmt::format("records: {} of {} tokens (key {}, separator {}, value {}, delimiter {}), target in the middle "
-                   "{:.0f}% of them, {} filler tokens per prompt ({} of them after the records in every prompt)\n",
-                   d.n_records, d.record_tokens, s.key_tokens, d.vocab.separator.size(), s.value_tokens,
-                   d.vocab.delimiter.size(), 200 * s.middle, 2 * s.R + 1 + d.rest, d.rest);
+  o << fmt::format(
+      "records: {} of {} tokens (key {}, separator {}, value {}, delimiter {}), target in the middle "
+      "{:.0f}% of them, {} filler tokens per prompt ({} of them after the records in every prompt)\n",
+      d.n_records, d.record_tokens, s.key_tokens, d.vocab.separator.size(), s.value_tokens,
+      d.vocab.delimiter.size(), 200 * s.middle, 2 * s.R + 1 + d.rest, d.rest);
   o << fmt::format("candidates: {} keys, {} values; filler {}; BOS {}; position offset {}; fingerprint {}\n",
-                   d.vocab.keys.size(), d.vocab.values.size(), show(d.vocab.filler_text), d.vocab.bos, s.position_offset,
-                   d.fingerprint);
+                   d.vocab.keys.size(), d.vocab.values.size(), show(d.vocab.filler_text), d.vocab.bos,
+                   s.position_offset, d.fingerprint);
   o << fmt::format("{:>8} {:>6} {:>12} {:>12} {:>10}\n", "residue", "n", "mean", "variance", "SD");
   for (const GroupMoments& g : d.groups)
-    o << fmt::format("{:>8} {:>6} {:>12.3f} {:>12.3f} {:>10.3f}\n", g.residue, g.n, g.mean, g.var, std::sqrt(g.var));
-  o << fmt::format("all: mean {:.3f}, SD {:.3f}; across groups the means span {:.3f} tokens (tolerance {}), the SDs "
-                   "{:.3f} (tolerance {})\n",
-                   d.mean, std::sqrt(d.var), d.mean_range, s.tol_mean, d.sd_range, s.tol_sd);
+    o << fmt::format("{:>8} {:>6} {:>12.3f} {:>12.3f} {:>10.3f}\n", g.residue, g.n, g.mean, g.var,
+                     std::sqrt(g.var));
+  o << fmt::format(
+      "all: mean {:.3f}, SD {:.3f}; across groups the means span {:.3f} tokens (tolerance {}), the SDs "
+      "{:.3f} (tolerance {})\n",
+      d.mean, std::sqrt(d.var), d.mean_range, s.tol_mean, d.sd_range, s.tol_sd);
   return o.str();
 }
 
@@ -402,12 +427,14 @@ std::string needle_logprob_csv(const std::vector<JournalRecord>& records, int R)
   }
   std::string csv = "residue,n,known,mean_logprob\n";
   for (int r = 0; r < R; ++r)
-    csv += known[size_t(r)] > 0 ? fmt::format("{},{},{},{:.6f}\n", r, n[size_t(r)], known[size_t(r)], sum[size_t(r)] / double(known[size_t(r)]))
+    csv += known[size_t(r)] > 0 ? fmt::format("{},{},{},{:.6f}\n", r, n[size_t(r)], known[size_t(r)],
+                                              sum[size_t(r)] / double(known[size_t(r)]))
                                 : fmt::format("{},{},0,\n", r, n[size_t(r)]);
   return csv;
 }
 
-EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt, const std::string& out_dir) {
+EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt,
+                       const std::string& out_dir) {
   // the design, then the journal (scored or resumed)
   io_make_dirs(out_dir);
   io_write_atomic(out_dir + "/layout.txt", needle_format_design(d));
@@ -438,7 +465,8 @@ EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunO
   m.wall_s = sum.wall_s;
   const EvalResults res = results_from_journal(journal, so, m);
   eval_write_outputs(res, opt.report, out_dir, "phasescope probe needle: " + opt.model);
-  io_write_atomic(out_dir + "/logprob_per_residue.csv", needle_logprob_csv(journal_load(journal).records, d.spec.R));
+  io_write_atomic(out_dir + "/logprob_per_residue.csv",
+                  needle_logprob_csv(journal_load(journal).records, d.spec.R));
   return res;
 }
 

@@ -21,28 +21,30 @@
 #include "eval/backend.h"
 #include "eval/layout.h"
 #include "eval/results.h"
-#include "http/token_source.h"
 #include "eval/scoring.h"
+#include "http/token_source.h"
 
 namespace phasescope {
 
 struct NeedleSpec {
-  int64_t context = 8192;          // tokens per prompt (BOS and query included): every prompt has exactly this many
-  int R = 8;                       // residues r = target_pos % R
-  int samples_per_group = 256;     // prompts per residue = base examples (paired design)
-  int key_tokens = 1;              // tokens of a key in context (after a newline)
-  int value_tokens = 1;            // tokens of a value in context (after the separator)
-  std::string separator = ":";     // between key and value
-  std::string delimiter = "\n";    // after each record
-  std::string filler;              // one filler token, repeated to shift the records ("": the first of
-                                   // " .", " -", " the", " x" that is one token and keeps apart)
-  std::string header = "Below is a list of records, one per line: a key, a colon and its value. Remember every value.\n";
+  int64_t context = 8192;  // tokens per prompt (BOS and query included): every prompt has exactly this many
+  int R = 8;               // residues r = target_pos % R
+  int samples_per_group = 256;   // prompts per residue = base examples (paired design)
+  int key_tokens = 1;            // tokens of a key in context (after a newline)
+  int value_tokens = 1;          // tokens of a value in context (after the separator)
+  std::string separator = ":";   // between key and value
+  std::string delimiter = "\n";  // after each record
+  std::string filler;            // one filler token, repeated to shift the records ("": the first of
+                                 // " .", " -", " the", " x" that is one token and keeps apart)
+  std::string header =
+      "Below is a list of records, one per line: a key, a colon and its value. Remember every value.\n";
   std::string question = "The list is over. Recall the value of this key by completing its record:\n";
-  double middle = 0.1;             // the target record is drawn from the middle (1 +- 2 middle) / 2 of the records
+  double middle = 0.1;  // the target record is drawn from the middle (1 +- 2 middle) / 2 of the records
   uint64_t seed = 1;
   double tol_mean = 0.5, tol_sd = 0.75;  // as in eval/layout.h (tokens)
-  int64_t position_offset = 0;     // tokens the server puts before the prompt (a chat template); positions count them
-  bool verify = true;              // decode + re-encode every base example's prompt
+  int64_t position_offset =
+      0;               // tokens the server puts before the prompt (a chat template); positions count them
+  bool verify = true;  // decode + re-encode every base example's prompt
   std::vector<std::string> keys, values;  // candidate words (empty: the built-in lists)
 };
 
@@ -56,8 +58,8 @@ struct NeedleVocab {
 };
 
 struct NeedleBase {
-  int attempt = 0;            // re-draws after a failed stability check
-  int target = 0;             // record index of the target
+  int attempt = 0;              // re-draws after a failed stability check
+  int target = 0;               // record index of the target
   std::vector<int> key, value;  // (N) candidate indices per record
 };
 
@@ -66,13 +68,13 @@ struct NeedleDesign {
   NeedleVocab vocab;
   int n_records = 0, record_tokens = 0;
   int64_t prompt_len = 0, query_pos = 0;
-  int rest = 0;                             // extra filler after the records so that prompt_len == context
-  std::vector<NeedleBase> bases;            // (n_base)
-  std::vector<std::vector<int>> shift;      // (n_base, R)
-  std::vector<GroupMoments> groups;         // (R) of target_pos
+  int rest = 0;                         // extra filler after the records so that prompt_len == context
+  std::vector<NeedleBase> bases;        // (n_base)
+  std::vector<std::vector<int>> shift;  // (n_base, R)
+  std::vector<GroupMoments> groups;     // (R) of target_pos
   double mean = 0, var = 0, mean_range = 0, sd_range = 0;
-  int redrawn = 0;                          // base examples drawn again after the stability check
-  std::string fingerprint;                  // spec + tokenizer pieces: journals refuse other designs
+  int redrawn = 0;          // base examples drawn again after the stability check
+  std::string fingerprint;  // spec + tokenizer pieces: journals refuse other designs
   int64_t samples() const { return int64_t(bases.size()) * spec.R; }
 };
 
@@ -95,12 +97,12 @@ std::string needle_format_design(const NeedleDesign& d);  // pieces, sizes and t
 std::string needle_logprob_csv(const std::vector<JournalRecord>& records, int R);
 
 struct NeedleRunOptions {
-  std::string model;             // journal / results label (the served model's name)
-  int S = 4;                     // fold for display (DeepSeek-V4's stride)
+  std::string model;  // journal / results label (the served model's name)
+  int S = 4;          // fold for display (DeepSeek-V4's stride)
   int bootstrap = 2000;
-  uint64_t bootstrap_seed = 1;   // as eval's
-  bool report = true;            // plots and report.html (needs gnuplot)
-  bool fresh = false;            // start the journal over (eval/scoring.h)
+  uint64_t bootstrap_seed = 1;  // as eval's
+  bool report = true;           // plots and report.html (needs gnuplot)
+  bool fresh = false;           // start the journal over (eval/scoring.h)
   std::ostream* log = nullptr;
   int max_failed_batches = 3;
 };
@@ -108,6 +110,7 @@ struct NeedleRunOptions {
 // Score (or resume) into out_dir/journal.jsonl, then statistics and the same outputs as `eval`
 // (results.json with task "needle", per_residue.csv, table.txt, layout.txt, report.html), plus
 // logprob_per_residue.csv: the mean log-probability of the value's first token per residue.
-EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt, const std::string& out_dir);
+EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt,
+                       const std::string& out_dir);
 
 }  // namespace phasescope

@@ -16,9 +16,9 @@ namespace phasescope {
 struct ProbeConnectOptions {
   HttpOptions http;
   OpenAIOptions api;
-  std::string tokenizer_path;                       // "" = the server's /tokenize
+  std::string tokenizer_path;  // "" = the server's /tokenize
   TokenizeFlavor flavor = TokenizeFlavor::Auto;
-  bool tokens = true;                               // false: no token source (token-id prompts with ids in replies)
+  bool tokens = true;  // false: no token source (token-id prompts with ids in replies)
 };
 
 struct ProbeConnection {

@@ -34,9 +34,12 @@ std::string plot_find_gnuplot() {
 static std::string gp_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "''";
-    else if (c == '\n' || c == '\r') out += ' ';
-    else out += c;
+    if (c == '\'')
+      out += "''";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -68,11 +71,14 @@ static bool write_series(const PlotSeries& s, const fs::path& file) {
   PS_ASSERT(s.ylow.size() == s.yhigh.size() && (s.ylow.empty() || s.ylow.size() == s.y.size()),
             "plot series '" + s.title + "': ylow / yhigh length");
   std::ofstream out(file);
-  if (!out) fail(file.string(), "cannot write a plot data file", "check that the temporary folder is writable");
+  if (!out)
+    fail(file.string(), "cannot write a plot data file", "check that the temporary folder is writable");
   for (size_t i = 0; i < s.x.size(); ++i) {
     out << gp_number(s.x[i]) << ' ' << gp_number(s.y[i]);
-    if (!s.ylow.empty()) out << ' ' << gp_number(s.ylow[i]) << ' ' << gp_number(s.yhigh[i]);
-    else if (!s.err.empty()) out << ' ' << gp_number(s.err[i]);
+    if (!s.ylow.empty())
+      out << ' ' << gp_number(s.ylow[i]) << ' ' << gp_number(s.yhigh[i]);
+    else if (!s.err.empty())
+      out << ' ' << gp_number(s.err[i]);
     out << '\n';
   }
   return !s.x.empty();
@@ -87,7 +93,10 @@ static std::string heatmap_script(const PlotPanel& p, int index, const fs::path&
   gp << "set title " << gp_quote(p.title) << "\n";
   gp << "set xlabel " << gp_quote(p.xlabel) << "\nset ylabel " << gp_quote(p.ylabel) << "\n";
   gp << "unset grid\nunset logscale x\nunset key\nset offsets 0, 0, 0, 0\n";
-  if (R == 0 || C == 0) return gp.str() + "set xrange [0:1]\nset yrange [0:1]\nset label 1 'no data' at graph 0.5,0.5 center\nplot -1 notitle\nunset label 1\n";
+  if (R == 0 || C == 0)
+    return gp.str() +
+           "set xrange [0:1]\nset yrange [0:1]\nset label 1 'no data' at graph 0.5,0.5 center\nplot -1 "
+           "notitle\nunset label 1\n";
   const fs::path file = dir / ("p" + std::to_string(index) + "_heat.dat");
   const fs::path labels = dir / ("p" + std::to_string(index) + "_heat_labels.dat");  // finite cells only
   double amax = 0;
@@ -114,14 +123,15 @@ static std::string heatmap_script(const PlotPanel& p, int index, const fs::path&
   for (size_t i = 0; i < R; ++i) gp << (i ? ", " : "") << gp_quote(p.heat_rows[i]) << " " << (R - 1 - i);
   gp << ")\n";
   if (p.heat_diverging)
-    gp << "set palette defined (-1 '#2166ac', 0 '#f7f7f7', 1 '#b2182b')\nset cbrange [" << gp_number(-amax) << ":" << gp_number(amax) << "]\n";
+    gp << "set palette defined (-1 '#2166ac', 0 '#f7f7f7', 1 '#b2182b')\nset cbrange [" << gp_number(-amax)
+       << ":" << gp_number(amax) << "]\n";
   else
     gp << "set palette defined (0 '#f7f7f7', 1 '#b2182b')\nset cbrange [0:" << gp_number(amax) << "]\n";
   const std::string q = gp_quote(file.string());
   gp << "plot " << q << " using 1:2:3 with image";
   if (!p.heat_label_format.empty())
-    gp << ", \\\n     " << gp_quote(labels.string()) << " using 1:2:(sprintf(" << gp_quote(p.heat_label_format)
-       << ", $3)) with labels font ',8'";
+    gp << ", \\\n     " << gp_quote(labels.string()) << " using 1:2:(sprintf("
+       << gp_quote(p.heat_label_format) << ", $3)) with labels font ',8'";
   gp << "\n";
   return gp.str();
 }
@@ -147,8 +157,10 @@ static std::string panel_script(const PlotPanel& p, int index, const fs::path& d
       gp << (i ? ", " : "") << gp_quote(p.xtics[i].second) << " " << gp_number(p.xtics[i].first);
     gp << ")\n";
   }
-  if (!p.key) gp << "unset key\n";
-  else gp << (p.key_outside ? "set key outside right top font ',9'\n" : "set key inside top right font ',9'\n");
+  if (!p.key)
+    gp << "unset key\n";
+  else
+    gp << (p.key_outside ? "set key outside right top font ',9'\n" : "set key inside top right font ',9'\n");
 
   // which series have points
   std::vector<int> live;
@@ -164,34 +176,44 @@ static std::string panel_script(const PlotPanel& p, int index, const fs::path& d
 
   const int n = static_cast<int>(live.size());
   const double bw = 0.8 / n;  // bar width when series sit side by side
-  if (p.style == PlotStyle::Bars) gp << "set style fill solid 0.6 border -1\nset boxwidth " << gp_number(bw) << "\n";
+  if (p.style == PlotStyle::Bars)
+    gp << "set style fill solid 0.6 border -1\nset boxwidth " << gp_number(bw) << "\n";
   gp << "plot ";
   for (int k = 0; k < n; ++k) {
     const PlotSeries& s = p.series[live[k]];
-    const std::string file = gp_quote((dir / ("p" + std::to_string(index) + "_s" + std::to_string(live[k]) + ".dat")).string());
+    const std::string file =
+        gp_quote((dir / ("p" + std::to_string(index) + "_s" + std::to_string(live[k]) + ".dat")).string());
     const std::string title = s.title.empty() ? "notitle" : "title " + gp_quote(s.title);
-    const std::string color = " lc " + std::to_string(s.color > 0 ? s.color : k + 1) + (s.dashed ? " dt 2" : "");
+    const std::string color =
+        " lc " + std::to_string(s.color > 0 ? s.color : k + 1) + (s.dashed ? " dt 2" : "");
     const bool asym = !s.ylow.empty();  // columns: x y ylow yhigh
     const bool err = asym || !s.err.empty();
     const std::string ecols = asym ? ":3:4" : ":3";
     if (k) gp << ", \\\n     ";
     switch (p.style) {
       case PlotStyle::Lines:
-        gp << file << (err ? " using 1:2" + ecols + " with yerrorlines" : std::string(" using 1:2 with lines")) << " lw 2" << color << " " << title;
+        gp << file
+           << (err ? " using 1:2" + ecols + " with yerrorlines" : std::string(" using 1:2 with lines"))
+           << " lw 2" << color << " " << title;
         break;
       case PlotStyle::LinesPoints:
-        gp << file << (err ? " using 1:2" + ecols + " with yerrorlines" : std::string(" using 1:2 with linespoints")) << " lw 2 pt 7 ps 0.7"
-           << color << " " << title;
+        gp << file
+           << (err ? " using 1:2" + ecols + " with yerrorlines" : std::string(" using 1:2 with linespoints"))
+           << " lw 2 pt 7 ps 0.7" << color << " " << title;
         break;
       case PlotStyle::Points:
-        gp << file << (err ? " using 1:2" + ecols + " with yerrorbars" : std::string(" using 1:2 with points")) << " pt 7 ps 0.9" << color
-           << " " << title;
+        gp << file
+           << (err ? " using 1:2" + ecols + " with yerrorbars" : std::string(" using 1:2 with points"))
+           << " pt 7 ps 0.9" << color << " " << title;
         break;
-      case PlotStyle::Heatmap: break;  // handled by heatmap_script
+      case PlotStyle::Heatmap:
+        break;  // handled by heatmap_script
       case PlotStyle::Bars: {
         const std::string shift = gp_number((k - (n - 1) / 2.0) * bw);
         gp << file << " using ($1+" << shift << "):2 with boxes" << color << " " << title;
-        if (err) gp << ", \\\n     " << file << " using ($1+" << shift << "):2" << ecols << " with yerrorbars lc rgb 'black' pt 0 notitle";
+        if (err)
+          gp << ", \\\n     " << file << " using ($1+" << shift << "):2" << ecols
+             << " with yerrorbars lc rgb 'black' pt 0 notitle";
         break;
       }
     }
@@ -204,7 +226,8 @@ void plot_render(const PlotFigure& fig, const std::string& png_path) {
   // find gnuplot first: the most likely failure on a fresh machine
   const std::string gnuplot = plot_find_gnuplot();
   if (gnuplot.empty())
-    fail(png_path, "cannot draw the plot: the gnuplot program is not on PATH", "install gnuplot-nox (scripts/setup.sh)");
+    fail(png_path, "cannot draw the plot: the gnuplot program is not on PATH",
+         "install gnuplot-nox (scripts/setup.sh)");
   PS_ASSERT(!fig.panels.empty() && fig.cols >= 1, "a figure needs at least one panel and one column");
 
   // a private temporary folder for the data and the script
@@ -233,19 +256,22 @@ void plot_render(const PlotFigure& fig, const std::string& png_path) {
   {
     std::ofstream s(script);
     s << gp.str();
-    if (!s) fail(script.string(), "cannot write the gnuplot script", "check that the temporary folder is writable");
+    if (!s)
+      fail(script.string(), "cannot write the gnuplot script", "check that the temporary folder is writable");
   }
 
   // run it and check both the exit status and the file
   const fs::path log = dir / "gnuplot.log";
-  const std::string cmd = sh_quote(gnuplot) + " " + sh_quote(script.string()) + " > " + sh_quote(log.string()) + " 2>&1";
+  const std::string cmd =
+      sh_quote(gnuplot) + " " + sh_quote(script.string()) + " > " + sh_quote(log.string()) + " 2>&1";
   const int status = std::system(cmd.c_str());
   const bool exited_ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   std::error_code ec;
   const bool png_ok = fs::exists(out_png, ec) && fs::file_size(out_png, ec) > 8;
   if (!exited_ok || !png_ok)
     fail(png_path,
-         "gnuplot failed (" + (exited_ok ? std::string("no PNG written") : "exit status " + std::to_string(status)) +
+         "gnuplot failed (" +
+             (exited_ok ? std::string("no PNG written") : "exit status " + std::to_string(status)) +
              "); script kept at " + script.string() + "; gnuplot said: " + read_file_tail(log, 1500),
          "check that the output folder exists and that gnuplot has the pngcairo terminal (gnuplot-nox)");
   fs::remove_all(dir, ec);

@@ -22,14 +22,14 @@ enum class PlotStyle {
 
 // One series: n points, optionally with symmetric y error bars.
 struct PlotSeries {
-  std::string title;             // legend entry ("" = none)
-  std::vector<double> x, y;      // (n); NaN y values are skipped by gnuplot
-  std::vector<double> err;       // (n) half-widths of the y error bars, or empty for none
-  bool dashed = false;           // dashed line (reference curves, baselines)
+  std::string title;                // legend entry ("" = none)
+  std::vector<double> x, y;         // (n); NaN y values are skipped by gnuplot
+  std::vector<double> err;          // (n) half-widths of the y error bars, or empty for none
+  bool dashed = false;              // dashed line (reference curves, baselines)
   std::vector<double> ylow, yhigh;  // (n) asymmetric error bars: absolute lower / upper ends (e.g. Wilson
                                     // intervals); when set they are drawn instead of err
-  int color = 0;                 // gnuplot colour index (lc N) to pair series, e.g. data and its baseline;
-                                 // 0 = by position in the panel
+  int color = 0;                    // gnuplot colour index (lc N) to pair series, e.g. data and its baseline;
+                                    // 0 = by position in the panel
 };
 
 struct PlotPanel {
@@ -37,23 +37,23 @@ struct PlotPanel {
   PlotStyle style = PlotStyle::LinesPoints;
   std::vector<PlotSeries> series;
   bool logx = false;
-  double ymin = NAN, ymax = NAN;                       // NaN: automatic
-  std::vector<std::pair<double, std::string>> xtics;   // labelled tics (e.g. bar categories); empty: auto
-  bool key = true;                                     // show the legend
-  bool key_outside = true;                             // legend right of the plot (never over the data)
+  double ymin = NAN, ymax = NAN;                      // NaN: automatic
+  std::vector<std::pair<double, std::string>> xtics;  // labelled tics (e.g. bar categories); empty: auto
+  bool key = true;                                    // show the legend
+  bool key_outside = true;                            // legend right of the plot (never over the data)
   // Heatmap only: heat[i][j] is row i (drawn top to bottom), column j; NaN cells stay blank.
   std::vector<std::vector<double>> heat;
-  std::vector<std::string> heat_rows, heat_cols;       // labels (sizes = rows, columns)
-  bool heat_diverging = true;                          // blue-white-red around 0 (else white to red)
-  std::string heat_label_format = "%.0f";              // printf format of the value printed in each cell; "" = none
+  std::vector<std::string> heat_rows, heat_cols;  // labels (sizes = rows, columns)
+  bool heat_diverging = true;                     // blue-white-red around 0 (else white to red)
+  std::string heat_label_format = "%.0f";  // printf format of the value printed in each cell; "" = none
 };
 
 // Several panels in a grid, row-major, in one PNG.
 struct PlotFigure {
-  std::string title;               // above all panels ("" = none)
+  std::string title;  // above all panels ("" = none)
   std::vector<PlotPanel> panels;
   int cols = 1;
-  int width = 900, height = 500;   // pixels of the whole figure
+  int width = 900, height = 500;  // pixels of the whole figure
 };
 
 // Render to png_path (its folder must exist). Throws phasescope::Error when gnuplot is not on PATH

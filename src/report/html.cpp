@@ -66,8 +66,7 @@ std::string base64_encode(const std::string& bytes) {
 
 std::string html_png(const std::string& png_path, const std::string& alt) {
   const std::string png = io_read_text(png_path, "check that the plot was rendered (gnuplot-nox installed)");
-  return "<img alt=\"" + html_escape(alt) + "\" src=\"data:image/png;base64," + base64_encode(png) +
-         "\">";
+  return "<img alt=\"" + html_escape(alt) + "\" src=\"data:image/png;base64," + base64_encode(png) + "\">";
 }
 
 std::string html_table(const std::vector<std::string>& header,

@@ -19,8 +19,8 @@
 #include "core/runtime.h"
 #include "data/tasks.h"
 #include "eval/model_backend.h"
-#include "serve/text_codec.h"
 #include "model/load.h"
+#include "serve/text_codec.h"
 
 namespace phasescope {
 

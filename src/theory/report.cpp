@@ -544,7 +544,7 @@ void theory_write_run(const std::string& dir, const TheoryRun& run) {
   for (const auto& png : pngs)
     body += "<h3>" + html_escape(png.second) + "</h3>\n" + html_png(dir + "/" + png.first, png.second);
   io_write_atomic(dir + "/report.html",
-                    html_page("phasescope theory: gradient flow on the idealized model", body));
+                  html_page("phasescope theory: gradient flow on the idealized model", body));
 }
 
 void theory_write_sweep(const std::string& dir, const TheorySweep& sw) {

@@ -41,7 +41,6 @@ struct TokenizerImpl {
 
 // ---- loading pieces
 
-
 static void add_normal_forms(std::vector<NormalForm>& out, const nlohmann::json& j,
                              const std::string& where) {
   if (j.is_null()) return;

@@ -28,26 +28,32 @@ void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "accuracy per phase of a checkpoint, with intervals and tests");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint directory (or .safetensors file)");
-  cmd->add_option("--preset", a->preset, "with --base-url: the preset whose task the served model was trained on");
+  cmd->add_option("--preset", a->preset,
+                  "with --base-url: the preset whose task the served model was trained on");
   add_http_flags(cmd, a->http, false);
   cmd->add_option("--task", a->task, "evaluation task (lookup)")->check(CLI::IsMember({"lookup"}));
-  cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")->check(CLI::IsMember({"prefix", "in-sequence"}));
+  cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")
+      ->check(CLI::IsMember({"prefix", "in-sequence"}));
   cmd->add_option("--samples", a->samples, "about this many prompts (rounded up to whole paired blocks)");
   cmd->add_option("--R", a->R, "residues: r = target position mod R");
   cmd->add_option("--bootstrap", a->bootstrap, "cluster-bootstrap replicates");
   cmd->add_option("--seed", a->seed, "seed of the evaluation prompts");
-  cmd->add_option("--out", a->out, "output directory (journal, results.json, CSV, plots, report.html)")->required();
-  cmd->add_flag("--fresh", a->fresh, "start the journal in --out over (default: resume it, if it is this run's)");
+  cmd->add_option("--out", a->out, "output directory (journal, results.json, CSV, plots, report.html)")
+      ->required();
+  cmd->add_flag("--fresh", a->fresh,
+                "start the journal in --out over (default: resume it, if it is this run's)");
   cmd->callback([a] {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
     if (!a->http.base_urls.empty()) {
       // over HTTP: the design from the preset, the answers from the server (token-id prompts)
-      if (a->http.model.empty()) fail("eval --base-url", "--model is required", "pass --model NAME as the server lists it");
+      if (a->http.model.empty())
+        fail("eval --base-url", "--model is required", "pass --model NAME as the server lists it");
       if (a->checkpoint.empty() == a->preset.empty())
         fail("eval --base-url", "the design needs exactly one of --checkpoint (its preset) or --preset",
              "pass --preset NAME (the served model's preset)");
       const Preset p = a->preset.empty() ? model_load(a->checkpoint).preset : preset_load(a->preset);
-      EvalOptions opt = eval_options_for(p, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
+      EvalOptions opt =
+          eval_options_for(p, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
       opt.bootstrap = a->bootstrap;
       opt.fresh = a->fresh;
       ProbeConnectOptions co = http_connect_options(a->http);
@@ -60,11 +66,13 @@ void add_eval_command(CLI::App& app) {
       fmt::print("wrote {}/results.json, per_residue.csv, report.html\n", a->out);
       return;
     }
-    if (a->checkpoint.empty()) fail("eval", "--checkpoint is required (or --base-url for a served model)", "pass --checkpoint DIR");
+    if (a->checkpoint.empty())
+      fail("eval", "--checkpoint is required (or --base-url for a served model)", "pass --checkpoint DIR");
 
     // the model and the design
     LoadedModel m = model_load(a->checkpoint);
-    EvalOptions opt = eval_options_for(m.preset, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
+    EvalOptions opt =
+        eval_options_for(m.preset, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
     opt.bootstrap = a->bootstrap;
     opt.fresh = a->fresh;
     ModelBackend backend(std::move(m), opt.model);

@@ -19,16 +19,20 @@ void add_explain_command(CLI::App& app) {
     ExplainOptions opt;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("explain", "why a checkpoint is weak at some phases: knockouts, gate profiles, gate cycling");
+  auto* cmd = app.add_subcommand(
+      "explain", "why a checkpoint is weak at some phases: knockouts, gate profiles, gate cycling");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint directory (or .safetensors file)")->required();
   cmd->add_option("--out", a->out, "output directory (explain.json, CSVs, PNGs, report.html)")->required();
   cmd->add_option("--samples", a->opt.samples, "evaluation prompts (rounded up to whole paired blocks)");
-  cmd->add_option("--calib-samples", a->opt.calib_samples, "calibration prompts (head means, gate statistics)");
-  cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")->check(CLI::IsMember({"prefix", "in-sequence"}));
+  cmd->add_option("--calib-samples", a->opt.calib_samples,
+                  "calibration prompts (head means, gate statistics)");
+  cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")
+      ->check(CLI::IsMember({"prefix", "in-sequence"}));
   cmd->add_option("--R", a->opt.R, "layout residues (a multiple of the model's stride)");
   cmd->add_option("--seed", a->opt.seed, "seed of the evaluation prompts (calibration: seed + 7919)");
   cmd->add_option("--deltas", a->opt.deltas, "gate-cycling shifts");
-  cmd->add_flag("--fresh", a->opt.fresh, "score every condition again (default: resume the journals in --out/journals)");
+  cmd->add_flag("--fresh", a->opt.fresh,
+                "score every condition again (default: resume the journals in --out/journals)");
   cmd->callback([a] {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
 

@@ -16,9 +16,9 @@
 
 namespace phasescope {
 
-
 void add_probe_command(CLI::App& app) {
-  auto* probe = app.add_subcommand("probe", "phase-sensitivity probes of a served model over HTTP (needle, flip)");
+  auto* probe =
+      app.add_subcommand("probe", "phase-sensitivity probes of a served model over HTTP (needle, flip)");
   probe->require_subcommand(1);
 
   // ---- needle: the position-matched needle test (design doc 1.4)
@@ -30,27 +30,37 @@ void add_probe_command(CLI::App& app) {
     bool no_verify = false, no_report = false, fresh = false;
   };
   auto n = std::make_shared<NeedleArgs>();
-  auto* needle = probe->add_subcommand("needle", "key-value needle retrieval, accuracy per residue of the target position");
+  auto* needle = probe->add_subcommand(
+      "needle", "key-value needle retrieval, accuracy per residue of the target position");
   add_http_flags(needle, n->http, true);
   needle->add_option("--context", n->spec.context, "tokens per prompt (1K to 128K+)");
-  needle->add_option("--samples-per-group", n->spec.samples_per_group, "prompts per residue (paired base examples)");
+  needle->add_option("--samples-per-group", n->spec.samples_per_group,
+                     "prompts per residue (paired base examples)");
   needle->add_option("--residues", n->spec.R, "R: residue r = target position mod R");
-  needle->add_option("--stride", n->S, "fold accuracy to r mod S for display (the model's compression stride)");
+  needle->add_option("--stride", n->S,
+                     "fold accuracy to r mod S for display (the model's compression stride)");
   needle->add_option("--key-tokens", n->spec.key_tokens, "tokens per key");
   needle->add_option("--value-tokens", n->spec.value_tokens, "tokens per value (exact match of all of them)");
   needle->add_option("--separator", n->spec.separator, "between key and value");
-  needle->add_option("--filler", n->spec.filler, "one filler token, repeated to shift the records (default: chosen)");
+  needle->add_option("--filler", n->spec.filler,
+                     "one filler token, repeated to shift the records (default: chosen)");
   needle->add_option("--keys-file", n->keys_file, "candidate keys, one per line (default: built-in nouns)");
-  needle->add_option("--values-file", n->values_file, "candidate values, one per line, with their leading space");
+  needle->add_option("--values-file", n->values_file,
+                     "candidate values, one per line, with their leading space");
   needle->add_option("--seed", n->spec.seed, "seed of the records and shifts");
-  needle->add_option("--tol-mean", n->spec.tol_mean, "refuse a design whose groups' mean target positions differ by more (tokens)");
-  needle->add_option("--tol-sd", n->spec.tol_sd, "refuse a design whose groups' SDs of the target position differ by more (tokens)");
-  needle->add_flag("--no-verify", n->no_verify, "skip the decode/re-encode stability check of every base example");
+  needle->add_option("--tol-mean", n->spec.tol_mean,
+                     "refuse a design whose groups' mean target positions differ by more (tokens)");
+  needle->add_option("--tol-sd", n->spec.tol_sd,
+                     "refuse a design whose groups' SDs of the target position differ by more (tokens)");
+  needle->add_flag("--no-verify", n->no_verify,
+                   "skip the decode/re-encode stability check of every base example");
   needle->add_option("--bootstrap", n->bootstrap, "cluster-bootstrap replicates");
   needle->add_flag("--no-report", n->no_report, "skip the plots and report.html");
-  needle->add_flag("--fresh", n->fresh, "start the journal in --out over (default: resume it, if it is this run's)");
+  needle->add_flag("--fresh", n->fresh,
+                   "start the journal in --out over (default: resume it, if it is this run's)");
   needle->add_option("--label", n->label, "model label in the journal and results (default: --model)");
-  needle->add_option("--out", n->out, "output directory (journal, results.json, CSV, report.html)")->required();
+  needle->add_option("--out", n->out, "output directory (journal, results.json, CSV, report.html)")
+      ->required();
   needle->callback([n] {
     // connect: endpoints, tokenizer, backend
     if (n->http.model.empty()) fail("probe needle", "--model is required", "pass --model NAME");
@@ -60,9 +70,10 @@ void add_probe_command(CLI::App& app) {
     fmt::print("server context: {}\n", ctx > 0 ? std::to_string(ctx) + " tokens" : std::string("unknown"));
     if (ctx > 0 && n->spec.context + 1 > ctx)
       fail("--context " + std::to_string(n->spec.context),
-           fmt::format("prompts of {} tokens (+1 to generate) do not fit the server's context of {} tokens; nothing "
-                       "was sent (prompts are never truncated)",
-                       n->spec.context, ctx),
+           fmt::format(
+               "prompts of {} tokens (+1 to generate) do not fit the server's context of {} tokens; nothing "
+               "was sent (prompts are never truncated)",
+               n->spec.context, ctx),
            fmt::format("pass --context {} or less, or serve the model with a longer context", ctx - 1));
 
     // the design, in the model's tokens (positions counted from the server's first token)
@@ -97,17 +108,21 @@ void add_probe_command(CLI::App& app) {
     bool fresh = false;
   };
   auto f = std::make_shared<FlipArgs>();
-  auto* flip = probe->add_subcommand("flip", "which candidate wins as a filler grows one token at a time, and its period");
+  auto* flip = probe->add_subcommand(
+      "flip", "which candidate wins as a filler grows one token at a time, and its period");
   add_http_flags(flip, f->http, true);
-  flip->add_option("--template", f->template_file, "template file with one {filler} slot (default: the FP8 example)");
-  flip->add_option("--filler", f->fillers, "filler unit, repeated (repeat the flag for several families; default \" =\")");
+  flip->add_option("--template", f->template_file,
+                   "template file with one {filler} slot (default: the FP8 example)");
+  flip->add_option("--filler", f->fillers,
+                   "filler unit, repeated (repeat the flag for several families; default \" =\")");
   flip->add_option("--candidate", f->candidates, "a candidate continuation (at least two; default 8 and 32)");
   flip->add_option("--L-min", f->L_min, "shortest L (tokens up to the end of the filler; default 24)");
   flip->add_option("--L-max", f->L_max, "longest L (default 39)");
   flip->add_option("--period-max", f->P_max, "longest period tried (default: half the lengths)");
   flip->add_option("--label", f->label, "model label in the journal (default: --model)");
   flip->add_option("--out", f->out, "output directory (journal, flip.json, flip.csv, flip.txt)")->required();
-  flip->add_flag("--fresh", f->fresh, "start the journal in --out over (default: resume it, if it is this run's)");
+  flip->add_flag("--fresh", f->fresh,
+                 "start the journal in --out over (default: resume it, if it is this run's)");
   flip->callback([f] {
     // connect
     if (f->http.model.empty()) fail("probe flip", "--model is required", "pass --model NAME");
@@ -119,7 +134,8 @@ void add_probe_command(CLI::App& app) {
     if (!f->template_file.empty()) spec.template_text = io_read_text(f->template_file);
     if (!f->fillers.empty()) {
       spec.families.clear();
-      for (size_t i = 0; i < f->fillers.size(); ++i) spec.families.push_back({fmt::format("filler{}", i + 1), f->fillers[i]});
+      for (size_t i = 0; i < f->fillers.size(); ++i)
+        spec.families.push_back({fmt::format("filler{}", i + 1), f->fillers[i]});
     }
     if (!f->candidates.empty()) spec.candidates = f->candidates;
     if (f->L_min >= 0) spec.L_min = f->L_min;

@@ -7,8 +7,8 @@
 #include "core/check.h"
 #include "core/runtime.h"
 #include "model/config.h"
-#include "tools/commands.h"
 #include "model/load.h"
+#include "tools/commands.h"
 #include "train/trainer.h"
 
 namespace phasescope {
@@ -18,7 +18,8 @@ namespace {
 // Command-line overrides of a preset; unset ones leave the preset's value.
 struct Overrides {
   std::optional<std::string> task, text;
-  std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, token_shift, seq, batch, records, warmup, curriculum;
+  std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, token_shift, seq, batch, records,
+      warmup, curriculum;
   std::optional<int> eval_every, repeat_steps;
   std::optional<double> lr, text_ratio, repeat_ratio;
   std::optional<uint64_t> seed;
@@ -35,15 +36,18 @@ void add_override_options(CLI::App* cmd, Overrides& o) {
   cmd->add_option("--kv-heads", o.kv_heads, "KV heads (1 = MQA)");
   cmd->add_option("--head-dim", o.head_dim, "head dimension");
   cmd->add_option("--mlp", o.mlp, "SwiGLU hidden width (0 = attention-only)");
-  cmd->add_option("--token-shift", o.token_shift, "causal token-shift width before each attention (0 = off, the paper's decoder)");
+  cmd->add_option("--token-shift", o.token_shift,
+                  "causal token-shift width before each attention (0 = off, the paper's decoder)");
   cmd->add_option("--seq", o.seq, "context length of training sequences");
   cmd->add_option("--batch", o.batch, "sequences per step");
   cmd->add_option("--records", o.records, "lookup records per prompt");
   cmd->add_option("--lr", o.lr, "peak learning rate");
   cmd->add_option("--warmup", o.warmup, "warmup steps");
   cmd->add_option("--curriculum", o.curriculum, "steps over which lookup records grow from min_records");
-  cmd->add_option("--repeat-ratio", o.repeat_ratio, "lookup/mqar: fraction of rows that are repeated segments (induction warm-up)");
-  cmd->add_option("--repeat-steps", o.repeat_steps, "repeated-segment rows only before this step (0 = always)");
+  cmd->add_option("--repeat-ratio", o.repeat_ratio,
+                  "lookup/mqar: fraction of rows that are repeated segments (induction warm-up)");
+  cmd->add_option("--repeat-steps", o.repeat_steps,
+                  "repeated-segment rows only before this step (0 = always)");
   cmd->add_option("--eval-every", o.eval_every, "held-out evaluation period in steps (0 = off)");
   cmd->add_option("--seed", o.seed, "seed of initialization and data");
 }
@@ -88,8 +92,10 @@ void add_train_command(CLI::App& app) {
     Overrides o;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("train", "train a preset from scratch (resumes if --out holds its checkpoint)");
-  cmd->add_option("--preset", a->preset, "preset name (see `phasescope presets`) or a preset .json file")->required();
+  auto* cmd =
+      app.add_subcommand("train", "train a preset from scratch (resumes if --out holds its checkpoint)");
+  cmd->add_option("--preset", a->preset, "preset name (see `phasescope presets`) or a preset .json file")
+      ->required();
   cmd->add_option("--out", a->out, "output directory (checkpoint, config, metrics); default runs/<preset>");
   cmd->add_flag("--fresh", a->fresh, "start over even if --out holds a checkpoint");
   add_override_options(cmd, a->o);
@@ -106,7 +112,8 @@ void add_train_command(CLI::App& app) {
     TrainResult r = train_run(p, opt);
 
     // outcome
-    if (r.nan_stop) fail("train", r.message, "lower --lr or raise warmup; the run can resume from its last checkpoint");
+    if (r.nan_stop)
+      fail("train", r.message, "lower --lr or raise warmup; the run can resume from its last checkpoint");
     fmt::print("done: {} steps in {:.1f} s, last loss {:.4f}{}, checkpoint {}\n", r.step, r.seconds, r.loss,
                r.eval_acc >= 0 ? fmt::format(", held-out accuracy {:.3f}", r.eval_acc) : std::string(),
                checkpoint_path(opt.out_dir));

@@ -11,8 +11,10 @@ namespace phasescope {
 void add_zoo_command(CLI::App& app) {
   auto opt = std::make_shared<ZooOptions>();
   auto* cmd = app.add_subcommand("zoo", "check every attention kind against its loop reference and time it");
-  cmd->add_option("--check-tokens", opt->check_tokens, "sequence length for the reference comparison")->check(CLI::Range(1, 512));
-  cmd->add_option("--time-tokens", opt->time_tokens, "sequence length for the timing")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--check-tokens", opt->check_tokens, "sequence length for the reference comparison")
+      ->check(CLI::Range(1, 512));
+  cmd->add_option("--time-tokens", opt->time_tokens, "sequence length for the timing")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--batch", opt->batch, "batch size for the timing")->check(CLI::Range(1, 1024));
   cmd->add_option("--seed", opt->seed, "random seed");
   cmd->callback([opt] {
@@ -26,7 +28,8 @@ void add_zoo_command(CLI::App& app) {
     // a mismatch is a failure of the build, not a number to shrug at
     for (const auto& r : rows)
       if (!(r.max_rel_err < 1e-9))
-        fail("zoo", fmt::format("kind {} differs from its reference (rel. err {:.2e})", r.kind, r.max_rel_err),
+        fail("zoo",
+             fmt::format("kind {} differs from its reference (rel. err {:.2e})", r.kind, r.max_rel_err),
              "run the tests (scripts/test.sh) to locate the fault");
     fmt::print("all {} kinds match their loop reference (fp64, rel. err < 1e-9)\n", rows.size());
   });

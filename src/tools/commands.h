@@ -13,7 +13,7 @@ void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)
 void add_explain_command(CLI::App& app);    // knockouts, gate profiles, gate cycling (cmd_explain.cpp)
 void add_tokenize_command(CLI::App& app);   // text -> token ids with a tokenizer.json (cmd_tokenize.cpp)
 void add_serve_command(CLI::App& app);      // OpenAI-compatible HTTP server over a checkpoint (cmd_serve.cpp)
-void add_probe_command(CLI::App& app);      // needle / flip probes of a served model over HTTP (cmd_probe.cpp)
-void add_v4_command(CLI::App& app);         // real DeepSeek-V4 checkpoints: one layer, static gates (cmd_v4.cpp)
+void add_probe_command(CLI::App& app);  // needle / flip probes of a served model over HTTP (cmd_probe.cpp)
+void add_v4_command(CLI::App& app);     // real DeepSeek-V4 checkpoints: one layer, static gates (cmd_v4.cpp)
 
 }  // namespace phasescope

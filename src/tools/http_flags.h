@@ -29,28 +29,37 @@ struct HttpArgs {
 
 // required_url: --base-url is required (probe) or optional (eval, where it selects the HTTP backend).
 inline void add_http_flags(CLI::App* cmd, HttpArgs& a, bool required_url) {
-  auto* u = cmd->add_option("--base-url", a.base_urls,
-                            "server base URL, e.g. http://127.0.0.1:8000 (repeat it for several servers: requests are "
-                            "spread over them, failing ones rested)");
+  auto* u = cmd->add_option(
+      "--base-url", a.base_urls,
+      "server base URL, e.g. http://127.0.0.1:8000 (repeat it for several servers: requests are "
+      "spread over them, failing ones rested)");
   if (required_url) u->required();
   cmd->add_option("--model", a.model, "model name sent with every request (as in the server's /v1/models)");
-  cmd->add_option("--api-key-env", a.api_key_env, "environment variable holding the API key (never written anywhere)");
+  cmd->add_option("--api-key-env", a.api_key_env,
+                  "environment variable holding the API key (never written anywhere)");
   cmd->add_option("--concurrency", a.concurrency, "requests in flight at most");
   cmd->add_option("--timeout-s", a.timeout_s, "per-request timeout in seconds");
-  cmd->add_option("--retries", a.retries, "retries of a failed request (backoff; Retry-After honoured on 429/5xx)");
+  cmd->add_option("--retries", a.retries,
+                  "retries of a failed request (backoff; Retry-After honoured on 429/5xx)");
   cmd->add_option("--api", a.api, "completions (/v1/completions) | chat (/v1/chat/completions)")
       ->check(CLI::IsMember({"completions", "chat"}));
-  cmd->add_option("--prompt", a.prompt, "tokens (token-id prompts, exact) | text (decoded; for servers without token ids)")
+  cmd->add_option("--prompt", a.prompt,
+                  "tokens (token-id prompts, exact) | text (decoded; for servers without token ids)")
       ->check(CLI::IsMember({"tokens", "text"}));
   cmd->add_option("--topk", a.topk, "top-k log-probabilities requested (0..20)");
   cmd->add_flag("--echo", a.echo, "answer log-probability via echo (exact even outside the top-k; vLLM)");
   cmd->add_option("--max-context", a.max_context,
-                  "the server's context in tokens (0: ask /v1/models or /props; longer prompts are refused before sending)");
+                  "the server's context in tokens (0: ask /v1/models or /props; longer prompts are refused "
+                  "before sending)");
   cmd->add_flag("--require-usage", a.require_usage, "refuse replies without usage.prompt_tokens");
-  cmd->add_flag("--no-vllm-extras", a.no_vllm_extras, "do not send return_tokens_as_token_ids (strict OpenAI servers)");
-  cmd->add_option("--template-offset", a.template_offset,
-                  "chat: tokens the chat template puts before the user text (default: measured via /tokenize)");
-  cmd->add_option("--batch", a.batch, "requests handed to the backend (and journaled) at once (default: max(256, 4 x concurrency))");
+  cmd->add_flag("--no-vllm-extras", a.no_vllm_extras,
+                "do not send return_tokens_as_token_ids (strict OpenAI servers)");
+  cmd->add_option(
+      "--template-offset", a.template_offset,
+      "chat: tokens the chat template puts before the user text (default: measured via /tokenize)");
+  cmd->add_option(
+      "--batch", a.batch,
+      "requests handed to the backend (and journaled) at once (default: max(256, 4 x concurrency))");
   cmd->add_option("--tokenizer", a.tokenizer, "local tokenizer.json (default: the server's /tokenize)");
   cmd->add_option("--tokenize", a.tokenize, "server /tokenize shape: auto | llama | vllm")
       ->check(CLI::IsMember({"auto", "llama", "vllm"}));

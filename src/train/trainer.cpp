@@ -1,17 +1,16 @@
 // trainer.cpp — see trainer.h.
 #include "train/trainer.h"
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/string_utils.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/io.h"
@@ -35,7 +34,9 @@ double lr_at(const TrainConfig& t, int64_t step) {
 
 Batch make_batch(const std::vector<Example>& ex) {
   const int64_t B = int64_t(ex.size()), T = int64_t(ex[0].tokens.size());
-  for (const Example& e : ex) PS_ASSERT(int64_t(e.tokens.size()) == T && int64_t(e.targets.size()) == T, "make_batch: rows differ in length");
+  for (const Example& e : ex)
+    PS_ASSERT(int64_t(e.tokens.size()) == T && int64_t(e.targets.size()) == T,
+              "make_batch: rows differ in length");
   Batch b;
   b.tokens = torch::empty({B, T}, torch::kInt64);
   b.targets = torch::empty({B, T}, torch::kInt64);
@@ -61,8 +62,8 @@ json resume_identity(const Preset& p) {
   return j;
 }
 
-void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::AdamW& opt, const Preset& preset,
-                     int64_t step, const TaskStream& stream, double loss) {
+void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::AdamW& opt,
+                     const Preset& preset, int64_t step, const TaskStream& stream, double loss) {
   TensorMap tensors;
   json optim_steps = json::object();
   for (const auto& item : model.named_parameters()) {
@@ -76,9 +77,14 @@ void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::A
     }
   }
   tensors["rng.torch"] = at::detail::getDefaultCPUGenerator().get_state();
-  json header = {{"version", 1},          {"preset_name", preset.name}, {"preset", json::parse(preset_to_json(preset))},
-                 {"step", step},          {"optim_steps", optim_steps}, {"data_state", stream.state()},
-                 {"loss", loss},          {"model_hash", model_content_hash(model, preset)}};
+  json header = {{"version", 1},
+                 {"preset_name", preset.name},
+                 {"preset", json::parse(preset_to_json(preset))},
+                 {"step", step},
+                 {"optim_steps", optim_steps},
+                 {"data_state", stream.state()},
+                 {"loss", loss},
+                 {"model_hash", model_content_hash(model, preset)}};
   safetensors_save(checkpoint_path(dir), tensors, header.dump());
 }
 
@@ -97,7 +103,8 @@ void train_write_init(const Preset& preset_in, const std::string& out_dir) {
   fs::create_directories(out_dir);
   torch::manual_seed(preset.train.seed);
   Decoder model(preset.model);
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(preset.train.lr));  // no state yet
+  torch::optim::AdamW optimizer(model->parameters(),
+                                torch::optim::AdamWOptions(preset.train.lr));  // no state yet
   TaskStream stream(preset.task, preset.train.seed + 1);
   save_checkpoint(out_dir, *model, optimizer, preset, 0, stream, std::nan(""));
   io_write_atomic((fs::path(out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
@@ -114,9 +121,10 @@ double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_
   for (int start = 0; start < n; start += chunk) {
     std::vector<Example> ex;
     for (int i = start; i < std::min(n, start + chunk); ++i)
-      ex.push_back(task.task == "mqar" ? mqar_example(task, v, rng) : lookup_train_example(task, v, task.n_records, rng));
+      ex.push_back(task.task == "mqar" ? mqar_example(task, v, rng)
+                                       : lookup_train_example(task, v, task.n_records, rng));
     Batch b = make_batch(ex);
-    auto pred = model.forward(b.tokens).argmax(-1);                                    // [B, T]
+    auto pred = model.forward(b.tokens).argmax(-1);  // [B, T]
     for (size_t i = 0; i < ex.size(); ++i) {
       // lookup: the final answer only; mqar: every query
       std::vector<int64_t> qs = ex[i].query_pos;
@@ -131,7 +139,10 @@ double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_
 }
 
 TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
-  auto log = opt.log ? opt.log : [](const std::string& s) { fmt::print("{}\n", s); std::fflush(stdout); };
+  auto log = opt.log ? opt.log : [](const std::string& s) {
+    fmt::print("{}\n", s);
+    std::fflush(stdout);
+  };
   Preset preset = preset_in;
   preset.model.vocab_size = task_vocab(preset.task).size();
   model_config_sync(preset.model, "preset " + preset.name);
@@ -208,7 +219,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   };
   while (step < end) {
     const double lr = lr_at(tc, step);
-    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    for (auto& group : optimizer.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     std::vector<Example> ex;
     for (int i = 0; i < tc.batch; ++i) ex.push_back(stream.next(step));
     Batch b = make_batch(ex);
@@ -222,8 +234,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     }
     loss.backward();
     // the global gradient norm (clipped when configured); an overflowing gradient stops the run too
-    const double gnorm = torch::nn::utils::clip_grad_norm_(model->parameters(),
-                                                           tc.clip > 0 ? tc.clip : std::numeric_limits<double>::infinity());
+    const double gnorm = torch::nn::utils::clip_grad_norm_(
+        model->parameters(), tc.clip > 0 ? tc.clip : std::numeric_limits<double>::infinity());
     if (!std::isfinite(gnorm)) {
       diverged(fmt::format("gradient norm became {} at step {}", gnorm, step + 1));
       break;
@@ -242,8 +254,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       const double elapsed = std::chrono::duration<double>(now - t_start).count();
       const double tok_s = window_tokens / std::max(win, 1e-9);
       const double eta = elapsed / double(step - first) * double(end - step);
-      log(fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} {:.1f}k tok/s elapsed {} eta {}", step, tc.steps, lv, lr,
-                      tok_s / 1e3, fmt_duration(elapsed), fmt_duration(eta)));
+      log(fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} {:.1f}k tok/s elapsed {} eta {}", step, tc.steps,
+                      lv, lr, tok_s / 1e3, fmt_duration(elapsed), fmt_duration(eta)));
       row = {{"step", step}, {"loss", lv}, {"lr", lr}, {"tok_s", tok_s}, {"elapsed_s", elapsed}};
       t_window = now;
       window_tokens = 0;
@@ -252,8 +264,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       model->eval();
       res.eval_acc = heldout_accuracy(*model, preset, tc.eval_examples, tc.seed + 7919);
       model->train();
-      log(fmt::format("step {:>6}/{} held-out {} accuracy {:.3f} ({} examples)", step, tc.steps, preset.task.task,
-                      res.eval_acc, tc.eval_examples));
+      log(fmt::format("step {:>6}/{} held-out {} accuracy {:.3f} ({} examples)", step, tc.steps,
+                      preset.task.task, res.eval_acc, tc.eval_examples));
       if (row.is_null()) row = {{"step", step}};
       row["eval_acc"] = res.eval_acc;
     }

@@ -26,15 +26,15 @@ Batch make_batch(const std::vector<Example>& rows);
 
 struct TrainOptions {
   std::string out_dir;
-  bool fresh = false;                  // ignore (and overwrite) an existing checkpoint in out_dir
-  int64_t stop_after = -1;             // stop early after this many total steps (tests, staged runs)
+  bool fresh = false;                           // ignore (and overwrite) an existing checkpoint in out_dir
+  int64_t stop_after = -1;                      // stop early after this many total steps (tests, staged runs)
   std::function<void(const std::string&)> log;  // progress lines; default prints to stdout
 };
 
 struct TrainResult {
-  int64_t step = 0;          // steps completed (as in the last checkpoint)
-  double loss = 0;           // last training loss
-  double eval_acc = -1;      // last periodic evaluation accuracy (-1 = none)
+  int64_t step = 0;      // steps completed (as in the last checkpoint)
+  double loss = 0;       // last training loss
+  double eval_acc = -1;  // last periodic evaluation accuracy (-1 = none)
   bool nan_stop = false;
   bool resumed = false;
   double seconds = 0;
