@@ -19,6 +19,7 @@
 #include "core/io.h"
 #include "eval/journal.h"
 #include "eval/model_backend.h"
+#include "eval/results.h"
 #include "eval/runner.h"
 #include "eval/stats.h"
 #include "explain/explain_report.h"
@@ -76,6 +77,13 @@ PhaseAccuracy explain_accuracy(Backend& backend, const LayoutDesign& design, int
       eval_score_layout(backend, design, model,
                         "protocol " + pad_protocol_name(design.spec.protocol) + "; explain " + condition,
                         journal_path, fresh, nullptr);
+  // the statistics every command uses (intervals: Wilson per phase; no bootstrap needed here)
+  EvalMeta meta;
+  meta.model = model;
+  meta.protocol = pad_protocol_name(design.spec.protocol);
+  meta.backend = backend.describe();
+  meta.layout = layout_fingerprint(design.spec);
+  const EvalResults res = results_from_journal(journal_path, StatsOptions{S, 0, 1}, meta);
   const std::vector<JournalRecord> records = journal_load(journal_path).records;
   if (sum.failed > 0)
     fail("explain " + model + " (" + condition + ")",
@@ -87,7 +95,7 @@ PhaseAccuracy explain_accuracy(Backend& backend, const LayoutDesign& design, int
     correct->clear();
     for (const LayoutSample& s : design.samples) correct->push_back(ok.count(s.id) ? ok[s.id] : 0);
   }
-  return phase_accuracy(records, S);
+  return phase_accuracy(res.stats);
 }
 
 namespace {

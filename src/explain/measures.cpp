@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "eval/journal.h"
 #include "eval/stats.h"
 
 namespace phasescope {
@@ -58,28 +57,16 @@ double r_squared(const std::vector<double>& observed, const std::vector<double>&
   return ss_tot > 0 ? 1.0 - ss_res / ss_tot : std::nan("");
 }
 
-PhaseAccuracy phase_accuracy(const std::vector<JournalRecord>& records, int S) {
+PhaseAccuracy phase_accuracy(const Stats& stats) {
   PhaseAccuracy out;
-  out.acc.assign(size_t(S), std::nan(""));
-  out.lo.assign(size_t(S), std::nan(""));
-  out.hi.assign(size_t(S), std::nan(""));
-  out.n.assign(size_t(S), 0);
-  std::vector<int64_t> k(size_t(S), 0);
   int64_t total = 0, total_ok = 0;
-  for (const JournalRecord& r : records) {
-    if (!r.scored()) continue;
-    const size_t p = size_t(r.target_pos % S);
-    out.n[p] += 1;
-    k[p] += r.correct();
-    total += 1;
-    total_ok += r.correct();
-  }
-  for (size_t p = 0; p < size_t(S); ++p) {
-    if (out.n[p] == 0) continue;
-    out.acc[p] = double(k[p]) / double(out.n[p]);
-    const Interval w = wilson_interval(k[p], out.n[p]);
-    out.lo[p] = w.lo;
-    out.hi[p] = w.hi;
+  for (const ResidueStat& f : stats.folded) {  // (S) pooled over r with r % S = phase
+    out.acc.push_back(f.n > 0 ? f.acc : std::nan(""));
+    out.lo.push_back(f.n > 0 ? f.ci_low : std::nan(""));
+    out.hi.push_back(f.n > 0 ? f.ci_high : std::nan(""));
+    out.n.push_back(f.n);
+    total += f.n;
+    total_ok += f.correct;
   }
   out.mean = total ? double(total_ok) / double(total) : std::nan("");
   return out;

@@ -1,6 +1,6 @@
 // measures.h — the pure measures of explain: functions of numbers, no model, no torch. Gate
 // concentration and profiles over windows of gate weights, R^2 of an observed against a predicted
-// phase profile, and accuracy per phase (with Wilson intervals) of scored journal records.
+// phase profile, and accuracy per phase (with Wilson intervals) from a journal's statistics.
 // Phase convention: r = target_pos % S. Not here: running a model (explain.h), files (explain_report.h).
 #pragma once
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 namespace phasescope {
 
-struct JournalRecord;
+struct Stats;
 
 struct PhaseAccuracy {
   std::vector<double> acc;     // (S) fraction correct per phase
@@ -27,7 +27,8 @@ std::vector<double> gate_profile(const std::vector<std::vector<double>>& windows
 double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted,
                  const std::vector<int>& skip = {});
 
-// Accuracy per phase of scored journal records (top-1 == expected), with 95% Wilson intervals.
-PhaseAccuracy phase_accuracy(const std::vector<JournalRecord>& records, int S);
+// Accuracy per phase (the statistics' residues folded to r % S, with their 95% Wilson intervals) and
+// the mean over all scored prompts.
+PhaseAccuracy phase_accuracy(const Stats& stats);
 
 }  // namespace phasescope
