@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "attention/zoo.h"
 #include "core/check.h"
+#include "model/config.h"
+#include "testing.h"
 
 namespace phasescope {
 namespace {
@@ -35,12 +38,34 @@ TEST(AttnConfig, EveryKindsDefaultValidatesAndRoundTrips) {
   }
 }
 
+// hostile input found by fuzzing (issue 18): nesting, overflowing numbers and wrapping integers are
+// refused with the field named, never stored wrapped, never a crash or an internal error
+TEST(AttnConfig, HostileNumbersAndNestingAreRefused) {
+  const std::string deep =
+      "{\"kind\": \"chunked\", \"W\": " + std::string(90000, '[') + std::string(90000, ']') + "}";
+  EXPECT_NE(error_of(deep).find("nested deeper than 64 levels"), std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"rope_theta\": 1e400}").find("not valid JSON"),
+            std::string::npos);
+  const std::string wrapped = error_of("{\"kind\": \"chunked\", \"n_kv_heads\": 4294967296}");
+  EXPECT_NE(wrapped.find("field 'n_kv_heads': integer 4294967296 is outside [-2147483648, 2147483647]"),
+            std::string::npos)
+      << wrapped;
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"window\": 2147483648}").find("outside"), std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"sink\": 4294967296}").find("expected a boolean"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"W\": [[1]]}").find("expected an integer, got array"),
+            std::string::npos);
+  // a misspelled field gets the closest name
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"windw\": 8}").find("did you mean 'window'?"),
+            std::string::npos);
+}
+
 TEST(AttnConfig, BadInputNamesFileFieldAndFix) {
   EXPECT_NE(error_of("{\"kind\": \"chunked\", \"W\": 4, \"S\": 8}").find("presets/x.json field 'W'"),
             std::string::npos);
   EXPECT_NE(error_of("{\"kind\": \"chunked\", \"Wx\": 4}").find("field 'Wx': unknown field"),
             std::string::npos);
-  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"W\": \"8\"}").find("expected integer"), std::string::npos);
+  EXPECT_NE(error_of("{\"kind\": \"chunked\", \"W\": \"8\"}").find("expected an integer"), std::string::npos);
   EXPECT_NE(error_of("{\"kind\": \"sparse\"}").find("unknown attention kind 'sparse'"), std::string::npos);
   EXPECT_NE(error_of("{\"W\": 8}").find("field 'kind'"), std::string::npos);
   EXPECT_NE(error_of("{\"kind\": ").find("not valid JSON"), std::string::npos);
@@ -72,6 +97,40 @@ TEST(AttnConfig, ParamInventoryFollowsTheOptions) {
   EXPECT_EQ(attn_param_specs(d)[0].name, "wq_a");
   for (const auto& p : attn_param_specs(d))
     if (p.name == "comp_wkv") EXPECT_EQ(p.shape[0], 2 * d.head_dim);  // overlap: P and C halves
+}
+
+}  // namespace
+}  // namespace phasescope
+
+namespace phasescope {
+namespace {
+
+// presets from the fuzzing trials (issue 18): each refused with the field named
+TEST(PresetConfig, HostileValuesAreRefusedWithTheirField) {
+  auto with = [](const std::string& section, const std::string& field, const nlohmann::json& v) {
+    nlohmann::json j = nlohmann::json::parse(preset_to_json(preset_load("w8s8-1kv")));
+    j[section][field] = v;
+    return testutil::error_of([&] { preset_from_json(j.dump(), "presets/x.json"); });
+  };
+  EXPECT_NE(with("task", "curriculum_steps", 2147483648LL)
+                .find("field 'curriculum_steps': integer 2147483648 is outside"),
+            std::string::npos);
+  EXPECT_NE(with("task", "curriculum_steps", -2).find("task.curriculum_steps"), std::string::npos);
+  EXPECT_NE(with("train", "eval_every", 4294967297LL).find("outside"), std::string::npos);
+  EXPECT_NE(with("train", "lr", 18446744073709551615.0).find("train.lr"), std::string::npos);
+  EXPECT_NE(with("train", "lr", 1e-300).find("train.lr"), std::string::npos);
+  EXPECT_NE(with("model", "head_dim", 1000000000).find("too large"), std::string::npos);
+  EXPECT_NE(with("model", "n_layers", 2000).find("model.n_layers"), std::string::npos);
+  nlohmann::json j = nlohmann::json::parse(preset_to_json(preset_load("w8s8-1kv")));
+  j["name"] = 5;
+  EXPECT_NE(testutil::error_of([&] {
+              preset_from_json(j.dump(), "presets/x.json");
+            }).find("field 'name': expected a string"),
+            std::string::npos);
+  const std::string deep =
+      "{\"name\": \"x\", \"model\": " + std::string(90000, '[') + std::string(90000, ']') + "}";
+  EXPECT_NE(testutil::error_of([&] { preset_from_json(deep, "presets/x.json"); }).find("nested deeper"),
+            std::string::npos);
 }
 
 }  // namespace

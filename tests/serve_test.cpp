@@ -449,6 +449,25 @@ TEST_F(Serve, RefusalsAreOpenAiErrorObjectsWithTheRightStatus) {
 
 // ---- batching
 
+// hostile bodies found by the trials (issue 18): a field nested ~90,000 deep crashed the server with
+// SIGSEGV; 1e400 was a 500; a Range header sliced the JSON reply into a 206
+TEST_F(Serve, HostileBodiesAreClientErrorsAndTheServerLives) {
+  const std::string C = "/v1/completions", nest = std::string(90000, '[') + std::string(90000, ']');
+  expect_error(ts::post(port(), C, "{\"model\": " + nest + "}"), 400, "", "invalid_json");
+  expect_error(ts::post(port(), C, "{\"prompt\": " + nest + "}"), 400, "", "invalid_json");
+  expect_error(ts::post(port(), "/tokenize", "{\"content\": " + nest + "}"), 400, "", "invalid_json");
+  const ts::Reply big = ts::post(port(), C, std::string("{\"prompt\": \"bos k3\", \"temperature\": 1e400}"));
+  expect_error(big, 400, "", "invalid_json");
+  EXPECT_NE(big.raw.find("number overflow"), std::string::npos) << big.raw;
+  EXPECT_EQ(ts::get(port(), "/health").status, 200);
+  httplib::Client cli("127.0.0.1", port());
+  auto res = cli.Post(C.c_str(), httplib::Headers{{"Range", "bytes=0-1"}},
+                      R"({"prompt": "bos k3", "max_tokens": 1, "temperature": 0})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_TRUE(json::parse(res->body).contains("choices")) << res->body;
+}
+
 TEST(ServeBatching, ConcurrentRequestsShareForwardPassesAndAnswerAsAlone) {
   const std::string dir = ts::tiny_checkpoint("batch");
   ServeOptions o = ts::local_options(dir);

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/io.h"
+#include "core/json_fields.h"
 
 namespace phasescope {
 
@@ -138,8 +139,8 @@ JournalLoad journal_load(const std::string& path) {
     const std::string where = path + ":" + std::to_string(line_no);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
+      j = json_parse_bounded(line);
+    } catch (const JsonInputError&) {
       fail(where, "line is not valid JSON (a complete line, so not a torn write)",
            "the journal was edited or corrupted; delete it (or this line) and rerun");
     }

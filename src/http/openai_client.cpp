@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 #include "http/server_tokenizer.h"
 
 namespace phasescope {
@@ -68,7 +69,7 @@ int token_id_from_string(const std::string& s) {
 }
 
 CompletionChoice completion_reply_parse(const std::string& body) {
-  const json j = json::parse(body);  // throws on malformed or truncated JSON
+  const json j = json_parse_bounded(body);  // throws on malformed or truncated JSON
   if (!j.is_object()) throw std::runtime_error("the reply is not a JSON object");
   if (j.contains("error") && !j.contains("choices"))
     throw std::runtime_error("the server replied with an error: " + j["error"].dump());
@@ -183,7 +184,7 @@ int64_t HttpBackend::context_length() {
   // vLLM: /v1/models data[].max_model_len; llama-server: /props default_generation_settings.n_ctx
   int64_t found = -1;
   pool_.get("/v1/models", [&](const std::string& body) {
-    const json j = json::parse(body);
+    const json j = json_parse_bounded(body);
     if (!j.contains("data") || !j["data"].is_array()) return;
     for (const json& m : j["data"])
       if (m.is_object() && m.contains("max_model_len") && m["max_model_len"].is_number_integer() &&
@@ -192,7 +193,7 @@ int64_t HttpBackend::context_length() {
   });
   if (found < 0)
     pool_.get("/props", [&](const std::string& body) {
-      const json j = json::parse(body);
+      const json j = json_parse_bounded(body);
       if (j.contains("default_generation_settings") && j["default_generation_settings"].is_object() &&
           j["default_generation_settings"].contains("n_ctx") &&
           j["default_generation_settings"]["n_ctx"].is_number_integer())

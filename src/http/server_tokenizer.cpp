@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 
 namespace phasescope {
 
@@ -30,7 +31,7 @@ std::string tokenize_flavor_name(TokenizeFlavor f) {
 }
 
 std::vector<int> tokenize_reply_parse(const std::string& body, int64_t* max_model_len) {
-  const nlohmann::json j = nlohmann::json::parse(body);  // throws on malformed / truncated JSON
+  const nlohmann::json j = json_parse_bounded(body);  // throws on malformed / truncated JSON
   if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
     throw std::runtime_error("no \"tokens\" array in the tokenize reply");
   std::vector<int> out;
@@ -76,7 +77,7 @@ TokenizeFlavor ServerTokenizer::detect() const {
   nlohmann::json vb = {{"model", model_}, {"prompt", "a"}, {"add_special_tokens", false}};
   HttpReply v = pool_.post("/tokenize", vb.dump(), [&](const std::string& body) {
     tokenize_reply_parse(body, nullptr);
-    has_count = nlohmann::json::parse(body).contains("count");
+    has_count = json_parse_bounded(body).contains("count");
   });
   TokenizeFlavor f = TokenizeFlavor::Auto;
   if (v.ok && has_count) {
@@ -185,7 +186,7 @@ std::string ServerTokenizer::decode(const std::vector<int>& tokens) const {
   if (f == TokenizeFlavor::Vllm) b["model"] = model_;
   std::string text;
   HttpReply r = pool_.post("/detokenize", b.dump(), [&](const std::string& body) {
-    const nlohmann::json j = nlohmann::json::parse(body);
+    const nlohmann::json j = json_parse_bounded(body);
     const char* key = f == TokenizeFlavor::Vllm ? "prompt" : "content";
     if (!j.is_object() || !j.contains(key) || !j[key].is_string())
       throw std::runtime_error(std::string("no \"") + key + "\" string in the detokenize reply");
@@ -215,7 +216,7 @@ std::vector<int> ServerTokenizer::encode_chat(const std::vector<ChatMessage>& me
   std::string prompt;
   nlohmann::json b = {{"messages", msgs}};
   HttpReply r = pool_.post("/apply-template", b.dump(), [&](const std::string& body) {
-    const nlohmann::json j = nlohmann::json::parse(body);
+    const nlohmann::json j = json_parse_bounded(body);
     if (!j.contains("prompt") || !j["prompt"].is_string())
       throw std::runtime_error("no \"prompt\" in the reply");
     prompt = j["prompt"].get<std::string>();

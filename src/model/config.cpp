@@ -95,7 +95,16 @@ void need(bool ok, const std::string& where, const std::string& field, const std
 void validate(const Preset& p, const std::string& where) {
   const auto& t = p.task;
   const auto& r = p.train;
-  need(p.model.n_layers >= 1, where, "model.n_layers", "must be >= 1", "e.g. 2");
+  need(p.model.n_layers >= 1 && p.model.n_layers <= 256, where, "model.n_layers", "must be in [1, 256]",
+       "e.g. 2");
+  // sizes a machine can hold: a refusal here, not an allocation failure deep in torch
+  const double d = p.model.d_model, hd = double(p.model.n_heads) * p.model.head_dim;
+  const double per_layer = 4.0 * d * hd + 3.0 * d * p.model.mlp_hidden;
+  need(p.model.d_model <= 65536 && p.model.head_dim <= 4096 && p.model.n_heads <= 1024 &&
+           p.model.mlp_hidden <= 262144 && per_layer * p.model.n_layers <= 4e9,
+       where, "model",
+       "is too large (d_model <= 65536, head_dim <= 4096, n_heads <= 1024, at most 4e9 weights)",
+       "phasescope trains small models: e.g. d_model 128, head_dim 32, n_heads 4");
   need(p.model.mlp_hidden >= 0, where, "model.mlp_hidden", "must be >= 0", "0 = attention-only");
   need(p.model.token_shift >= 0 && p.model.token_shift <= 16, where, "model.token_shift",
        "must be in [0, 16]",
@@ -121,7 +130,11 @@ void validate(const Preset& p, const std::string& where) {
        "task '" + t.task + "' needs a text file", "set task.text_file (or --text FILE)");
   need(r.steps >= 0, where, "train.steps", "must be >= 0", "e.g. 1000");
   need(r.batch >= 1, where, "train.batch", "must be >= 1", "e.g. 32");
-  need(r.lr > 0, where, "train.lr", "must be positive", "e.g. 3e-3");
+  need(r.lr >= 1e-8 && r.lr <= 10, where, "train.lr", "must be in [1e-8, 10]", "e.g. 1e-3");
+  need(r.min_lr_ratio >= 0 && r.min_lr_ratio <= 1, where, "train.min_lr_ratio", "must be in [0, 1]",
+       "e.g. 0.1");
+  need(t.curriculum_steps >= 0, where, "task.curriculum_steps", "must be >= 0", "0 = no curriculum");
+  need(r.eval_every >= 0, where, "train.eval_every", "must be >= 0", "0 = no periodic evaluation");
   need(r.warmup >= 0, where, "train.warmup", "must be >= 0", "e.g. 100");
   need(r.clip >= 0, where, "train.clip", "must be >= 0 (0 = off)", "e.g. 1.0");
   need(r.log_every >= 1 && r.ckpt_every >= 1, where, "train.log_every/ckpt_every", "must be >= 1",
@@ -189,6 +202,10 @@ Preset preset_from_json(const std::string& text, const std::string& where) {
            "use name, description, model, attention, layers, task, train");
   }
   Preset p;
+  for (const char* k : {"name", "description"})
+    if (j.contains(k) && !j[k].is_string())
+      fail(where + " field '" + k + "'", std::string("expected a string, got ") + j[k].type_name(),
+           "write it in quotes, e.g. \"name\": \"my-run\"");
   p.name = j.value("name", std::string());
   p.description = j.value("description", std::string());
   if (p.name.empty()) fail(where + " field 'name'", "missing", "add \"name\": \"my-run\"");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json_fields.h"
 #include "serve/text_codec.h"
 
 namespace phasescope {
@@ -38,8 +39,8 @@ std::string error_type(int status) {
 json parse_object(const std::string& body) {
   json j;
   try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
+    j = json_parse_bounded(body);
+  } catch (const JsonInputError& e) {
     throw ApiError(
         400,
         fmt::format("We could not parse the JSON body of your request ({}). Send one JSON object, e.g. "

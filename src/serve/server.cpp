@@ -88,6 +88,12 @@ struct Server::Impl {
   }
 
   void routes() {
+    // a JSON API has no byte ranges: cpp-httplib would answer a Range header with 206 and a slice of
+    // the JSON (`{"`), so ranges are dropped before routing and every reply is whole
+    http.set_pre_routing_handler([](const httplib::Request& q, httplib::Response&) {
+      const_cast<httplib::Request&>(q).ranges.clear();
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     http.Post("/v1/completions",
               [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
     http.Post("/v1/chat/completions",

@@ -8,6 +8,7 @@
 #include <ostream>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 #include "tokenizer/text.h"
 
 namespace phasescope {
@@ -53,8 +54,8 @@ size_t tokenize_jsonl(const Tokenizer& tok, std::istream& in, const std::string&
     // the record
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+      j = json_parse_bounded(line);
+    } catch (const JsonInputError& e) {
       fail(where, std::string("not valid JSON (") + e.what() + ")", fix);
     }
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())

@@ -226,6 +226,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     Batch b = make_batch(ex);
 
     optimizer.zero_grad();
+    if (opt.before_step) opt.before_step(*model, step);
     auto loss = lm_loss_scored(*model, b.tokens, b.targets);  // logits only where a target is
     const double lv = loss.item<double>();
     if (!std::isfinite(lv)) {

@@ -29,6 +29,8 @@ struct TrainOptions {
   bool fresh = false;                           // ignore (and overwrite) an existing checkpoint in out_dir
   int64_t stop_after = -1;                      // stop early after this many total steps (tests, staged runs)
   std::function<void(const std::string&)> log;  // progress lines; default prints to stdout
+  // called with the model before each step's forward (instrumentation; tests inject faults with it)
+  std::function<void(DecoderImpl& model, int64_t step)> before_step;
 };
 
 struct TrainResult {
