@@ -148,3 +148,37 @@ TEST(Runner, WritesItsFilesAndMeasuredPositions) {
 
 }  // namespace
 }  // namespace phasescope
+
+namespace phasescope {
+namespace {
+
+// A server that answers every request with an error, in one batch (fewer than the 3 failed batches that
+// stop a run): the run used to end "successfully" with a table of '?' (issue 18 item 1); no sample
+// scored is now a failure naming the last error, and no results are written
+TEST(Runner, NoScoredSampleIsAFailureNotAReport) {
+  struct AlwaysFails : Backend {
+    std::string describe() const override { return "always failing"; }
+    int max_batch() const override { return 100000; }
+    std::vector<ScoreResult> score(const std::vector<ScoreRequest>& reqs) override {
+      std::vector<ScoreResult> out(reqs.size());
+      for (ScoreResult& r : out) r.error = "HTTP 500 from the server";
+      return out;
+    }
+  } backend;
+  const std::string dir = testing_eval::temp_dir("allfail");
+  EvalOptions o = options(PadProtocol::Prefix, 0);
+  std::string err;
+  try {
+    run_eval(backend, o, dir);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("no sample was scored: all 1152 failed; last error: HTTP 500 from the server"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(dir + "/results.json"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace phasescope

@@ -5,10 +5,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "data/tasks.h"
 #include "model/checkpoint.h"
 #include "model/load.h"
@@ -451,6 +455,95 @@ TEST(Training, FirstTenLossesAreGolden) {
   ASSERT_EQ(golden.size(), 10u) << "measured: " << got;
   for (size_t i = 0; i < 10; ++i)
     EXPECT_NEAR(losses[i], golden[i], 2e-4) << "step " << i + 1 << "; measured: " << got;
+}
+
+}  // namespace
+}  // namespace phasescope
+
+namespace phasescope {
+namespace {
+
+// what a user met (issue 18 items 2, 7, 12, 21): every outcome says what happened, nothing is lost
+TEST(TrainingOutcome, NothingToDoIsSaidNotReported) {
+  Preset p = tiny("w8s8-1kv");
+  p.train.steps = 0;
+  const std::string dir = tmp_dir("zero");
+  TrainResult r = train_run(p, quiet(dir));
+  EXPECT_EQ(r.trained, 0);
+  EXPECT_NE(r.message.find("train.steps is 0: nothing trained, no checkpoint written"), std::string::npos);
+  EXPECT_FALSE(fs::exists(checkpoint_path(dir)));
+
+  p.train.steps = 4;
+  train_run(p, quiet(dir));
+  TrainResult again = train_run(p, quiet(dir));
+  EXPECT_EQ(again.trained, 0);
+  EXPECT_NE(again.message.find("already complete at step 4 (4 asked)"), std::string::npos) << again.message;
+  p.train.steps = 2;
+  TrainResult fewer = train_run(p, quiet(dir));
+  EXPECT_NE(fewer.message.find("already complete at step 4 (2 asked)"), std::string::npos) << fewer.message;
+}
+
+TEST(TrainingOutcome, ResumeRefusalNamesTheFieldAndWarmupIsWarned) {
+  Preset p = tiny("w8s8-1kv");
+  p.train.steps = 2;
+  const std::string dir = tmp_dir("refuse");
+  std::string log;
+  TrainOptions o = quiet(dir);
+  o.log = [&](const std::string& s) { log += s + "\n"; };
+  train_run(p, o);
+  EXPECT_NE(log.find("warning: warmup (3 steps) >= steps (2)"), std::string::npos) << log;
+  p.train.batch = 8;
+  const std::string err = testutil::error_of([&] { train_run(p, quiet(dir)); });
+  EXPECT_NE(err.find("first difference at /train/batch: checkpoint 4, this run 8"), std::string::npos) << err;
+}
+
+// a run that logged a metrics row and was killed before saving, and a save killed mid-write: the resumed
+// run holds every row once and no temp file
+TEST(TrainingOutcome, ResumeKeepsMetricsUniqueAndRemovesTornSaves) {
+  Preset p = tiny("w8s8-1kv");
+  p.train.steps = 6;
+  p.train.log_every = 1;
+  p.train.ckpt_every = 2;
+  const std::string dir = tmp_dir("metrics");
+  TrainOptions o = quiet(dir);
+  o.stop_after = 2;
+  train_run(p, o);
+  {
+    std::ofstream m(dir + "/metrics.jsonl", std::ios::app);
+    m << "{\"step\":3,\"loss\":9.9}\n";  // logged, never saved
+    std::ofstream(dir + "/.checkpoint.safetensors.tmp.99999") << "torn";
+  }
+  o.stop_after = -1;
+  train_run(p, o);
+  EXPECT_FALSE(fs::exists(dir + "/.checkpoint.safetensors.tmp.99999"));
+  std::map<int64_t, int> rows;
+  for (const std::string& line : io_read_lines(dir + "/metrics.jsonl"))
+    rows[nlohmann::json::parse(line).value("step", int64_t(-1))]++;
+  EXPECT_EQ(rows.size(), 6u);
+  for (const auto& [step, n] : rows) EXPECT_EQ(n, 1) << "step " << step;
+}
+
+// Ctrl-C during training: the step in progress finishes, a checkpoint is saved, the rerun resumes
+TEST(TrainingOutcome, SigintSavesACheckpointAndTheRunResumes) {
+  Preset p = tiny("w8s8-1kv");
+  p.train.steps = 8;
+  p.train.ckpt_every = 8;  // no periodic save before the signal
+  const std::string dir = tmp_dir("sigint");
+  TrainOptions o = quiet(dir);
+  o.handle_signals = true;
+  o.before_step = [](DecoderImpl&, int64_t step) {
+    if (step == 2) std::raise(SIGINT);
+  };
+  TrainResult r = train_run(p, o);
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_EQ(r.step, 3);
+  EXPECT_NE(r.message.find("interrupted by signal 2 at step 3: checkpoint saved"), std::string::npos)
+      << r.message;
+  EXPECT_EQ(model_load(dir).step, 3);
+  TrainResult rest = train_run(p, quiet(dir));
+  EXPECT_TRUE(rest.resumed);
+  EXPECT_EQ(rest.step, 8);
+  EXPECT_EQ(rest.trained, 5);
 }
 
 }  // namespace

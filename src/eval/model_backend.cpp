@@ -99,4 +99,13 @@ EvalOptions eval_options_for(const Preset& p, PadProtocol protocol, int64_t samp
   return o;
 }
 
+std::string eval_samples_note(int64_t requested, const EvalOptions& opt) {
+  const int64_t R = opt.layout.R, n = int64_t(opt.layout.n_base) * R;
+  if (n == requested) return "";
+  return fmt::format(
+      "note: --samples {} gives {} prompts: the paired design takes whole blocks of R x R = {} x {} "
+      "(R base examples, each at all R residues); pass --samples {} to say so\n",
+      requested, n, R, R, n);
+}
+
 }  // namespace phasescope

@@ -103,7 +103,7 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
   const LayoutDesign design = layout_build(opt.layout);
   const std::string moments = layout_format_moments(design);
   io_write_atomic(out_dir + "/layout.txt", moments);
-  if (log) *log << moments;
+  if (log) *log << moments << std::flush;
 
   // score (or resume) every sample through the engine, bound to this model, backend and design
   const ScoringSummary sum =
@@ -115,7 +115,8 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
   write_outputs(res, opt, out_dir);
   if (log && res.stats.n_errors > 0)
     *log << fmt::format("eval: {} samples failed and are left out (last error: {}); rerun to retry them\n",
-                        res.stats.n_errors, sum.last_error);
+                        res.stats.n_errors, sum.last_error)
+         << std::flush;
   return res;
 }
 

@@ -101,9 +101,11 @@ ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<Scor
   if (log) {
     if (writer.torn_bytes_cut() > 0)
       *log << fmt::format("journal: cut a torn last line ({} bytes) left by an interrupted run\n",
-                          writer.torn_bytes_cut());
+                          writer.torn_bytes_cut())
+           << std::flush;
     *log << fmt::format("{}: {} samples, {} already journaled, {} to score with {}\n", opt.what, n,
-                        sum.resumed, todo.size(), backend.describe());
+                        sum.resumed, todo.size(), backend.describe())
+         << std::flush;
   }
 
   // score in batches of whole samples (every token of a sample's answer in the same batch)
@@ -196,10 +198,12 @@ ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<Scor
     if (log && (last || seconds_since(last_print) >= 2.0)) {
       last_print = Clock::now();
       const double el = seconds_since(t0), rate = double(sum.scored + sum.failed) / std::max(el, 1e-9);
-      *log << fmt::format(
-          "  {}/{} scored ({} resumed), {} failed, {:.1f} samples/s, {:.0f} s elapsed, eta {:.0f} s\n",
-          sum.resumed + sum.scored, n, sum.resumed, sum.failed, rate, el,
-          double(todo.size() - next) / std::max(rate, 1e-9));
+      *log
+          << fmt::format(
+                 "  {}/{} scored ({} resumed), {} failed, {:.1f} samples/s, {:.0f} s elapsed, eta {:.0f} s\n",
+                 sum.resumed + sum.scored, n, sum.resumed, sum.failed, rate, el,
+                 double(todo.size() - next) / std::max(rate, 1e-9))
+          << std::flush;
     }
     if (failed_batches >= opt.max_failed_batches)
       fail(opt.what + " (" + backend.describe() + ")",
@@ -210,9 +214,15 @@ ScoringSummary scoring_run(Backend& backend, int64_t n, const std::function<Scor
   }
   sum.wall_s = seconds_since(t0);
   sum.last_error = last_error;
+  // no sample with an answer: no statistic, period or verdict can follow, so this is a failure
+  if (n > 0 && sum.resumed + sum.scored == 0)
+    fail(opt.what + " (" + backend.describe() + ")",
+         fmt::format("no sample was scored: all {} failed; last error: {}", sum.failed, last_error),
+         "fix what the last error names, then rerun the same command (failed samples are retried)");
   if (log && sum.failed > 0)
     *log << fmt::format("{}: {} samples failed and are left out (last error: {}); rerun to retry them\n",
-                        opt.what, sum.failed, last_error);
+                        opt.what, sum.failed, last_error)
+         << std::flush;
   return sum;
 }
 

@@ -190,16 +190,19 @@ FlipDesign flip_build(const FlipSpec& spec, const TokenSource& ts, std::ostream*
   if (log) {
     *log << fmt::format("flip: {} points ({} families x L in [{}, {}]), {} candidates, {} samples\n",
                         d.points.size(), spec.families.size(), spec.L_min, spec.L_max, spec.candidates.size(),
-                        d.samples());
+                        d.samples())
+         << std::flush;
     for (size_t fi = 0; fi < d.missing_L.size(); ++fi)
       if (!d.missing_L[fi].empty())
         *log << fmt::format("  family {}: no filler length gives L = {}\n", spec.families[fi].name,
-                            fmt::join(d.missing_L[fi], ", "));
+                            fmt::join(d.missing_L[fi], ", "))
+             << std::flush;
     if (straddled > 0)
       *log << fmt::format(
-          "  {} filler length(s) end inside a token (the filler merges with the text after it): that "
-          "token counts in L\n",
-          straddled);
+                  "  {} filler length(s) end inside a token (the filler merges with the text after it): that "
+                  "token counts in L\n",
+                  straddled)
+           << std::flush;
   }
   return d;
 }
@@ -356,6 +359,10 @@ FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions&
 
   // the analysis and its files
   const FlipResult r = flip_analyze(d, journal_load(journal).records, opt.model);
+  if (r.comparisons == 0)  // no two scored points to compare: no period can be claimed
+    fail("flip " + opt.model,
+         fmt::format("no comparison between scored points ({} samples missing or failed)", r.unscored),
+         "fix what the failures name (journal.jsonl), then rerun the same command");
   nlohmann::json j;
   j["schema"] = "phasescope.probe.flip";
   j["version"] = 1;

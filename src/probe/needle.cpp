@@ -351,9 +351,10 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
                               n_base, d.record_tokens, spec.seed, spec.position_offset, hash_hex(fnv1a(id)));
   if (log)
     *log << fmt::format(
-        "needle: {} records of {} tokens, prompt {} tokens, {} keys and {} values usable, {} base "
-        "example(s) re-drawn after the stability check\n",
-        d.n_records, d.record_tokens, d.prompt_len, v.keys.size(), v.values.size(), d.redrawn);
+                "needle: {} records of {} tokens, prompt {} tokens, {} keys and {} values usable, {} base "
+                "example(s) re-drawn after the stability check\n",
+                d.n_records, d.record_tokens, d.prompt_len, v.keys.size(), v.values.size(), d.redrawn)
+         << std::flush;
   return d;
 }
 
@@ -464,6 +465,14 @@ EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunO
   m.tol_sd = d.spec.tol_sd;
   m.wall_s = sum.wall_s;
   const EvalResults res = results_from_journal(journal, so, m);
+  for (const ResidueStat& r : res.stats.per_residue)  // a per-residue claim needs every residue
+    if (r.n == 0)
+      fail("needle " + opt.model,
+           fmt::format(
+               "residue {} has no scored sample ({} of {} samples failed; last error: {}): no per-residue "
+               "statistic or period can be given",
+               r.residue, res.stats.n_errors, res.stats.n_samples, sum.last_error),
+           "fix what the last error names, then rerun the same command (failed samples are retried)");
   eval_write_outputs(res, opt.report, out_dir, "phasescope probe needle: " + opt.model);
   io_write_atomic(out_dir + "/logprob_per_residue.csv",
                   needle_logprob_csv(journal_load(journal).records, d.spec.R));

@@ -48,7 +48,10 @@ size_t tokenize_jsonl(const Tokenizer& tok, std::istream& in, const std::string&
   while (std::getline(in, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (line.find_first_not_of(" \t") == std::string::npos) {   // blank in, blank out: lines stay aligned
+      out << "\n";
+      continue;
+    }
     const std::string where = fmt::format("{}:{}", name, lineno);
 
     // the record

@@ -22,7 +22,8 @@ std::string ids_json(const std::vector<int>& ids);
 std::vector<int> tokenize_text(const Tokenizer& tok, const std::string& text, const TokenizeOptions& o,
                                const std::string& where = "tokenize");
 
-// Read JSON lines from `in` (named `name` in errors), write {"ids": [...]} per line to `out`.
+// Read JSON lines from `in` (named `name` in errors), write {"ids": [...]} per line to `out`; a blank
+// line gives a blank line, so output line k always answers input line k.
 // Returns the number of lines written.
 size_t tokenize_jsonl(const Tokenizer& tok, std::istream& in, const std::string& name, std::ostream& out,
                       const TokenizeOptions& o);

@@ -34,8 +34,12 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--task", a->task, "evaluation task (lookup)")->check(CLI::IsMember({"lookup"}));
   cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")
       ->check(CLI::IsMember({"prefix", "in-sequence"}));
-  cmd->add_option("--samples", a->samples, "about this many prompts (rounded up to whole paired blocks)");
-  cmd->add_option("--R", a->R, "residues: r = target position mod R");
+  cmd->add_option("--samples", a->samples, "about this many prompts (rounded up to whole paired blocks)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
+      ->capture_default_str();
+  cmd->add_option("--R", a->R, "residues: r = target position mod R")
+      ->check(CLI::Range(2, 512))
+      ->capture_default_str();
   cmd->add_option("--bootstrap", a->bootstrap, "cluster-bootstrap replicates");
   cmd->add_option("--seed", a->seed, "seed of the evaluation prompts");
   cmd->add_option("--out", a->out, "output directory (journal, results.json, CSV, plots, report.html)")
@@ -56,6 +60,7 @@ void add_eval_command(CLI::App& app) {
           eval_options_for(p, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
       opt.bootstrap = a->bootstrap;
       opt.fresh = a->fresh;
+      fmt::print("{}", eval_samples_note(a->samples, opt));
       ProbeConnectOptions co = http_connect_options(a->http);
       co.tokens = false;  // phasescope's own vocabulary: ids in, ids out
       co.api.bos_id = opt.layout.task.vocab.bos();
@@ -75,6 +80,7 @@ void add_eval_command(CLI::App& app) {
         eval_options_for(m.preset, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
     opt.bootstrap = a->bootstrap;
     opt.fresh = a->fresh;
+    fmt::print("{}", eval_samples_note(a->samples, opt));
     ModelBackend backend(std::move(m), opt.model);
     fmt::print("model: {}\n", backend.describe());
 

@@ -2,6 +2,7 @@
 // and `phasescope presets` (list the named presets).
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <optional>
 
 #include "core/check.h"
@@ -106,6 +107,7 @@ void add_train_command(CLI::App& app) {
     TrainOptions opt;
     opt.out_dir = a->out.empty() ? "runs/" + p.name : a->out;
     opt.fresh = a->fresh;
+    opt.handle_signals = true;  // Ctrl-C / SIGTERM: save a checkpoint after the step, then stop
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
 
     // train
@@ -114,6 +116,8 @@ void add_train_command(CLI::App& app) {
     // outcome
     if (r.nan_stop)
       fail("train", r.message, "lower --lr or raise warmup; the run can resume from its last checkpoint");
+    if (r.interrupted) std::exit(130);  // the message (step, checkpoint) is already printed
+    if (r.trained == 0) return;         // nothing to do: the message says why
     fmt::print("done: {} steps in {:.1f} s, last loss {:.4f}{}, checkpoint {}\n", r.step, r.seconds, r.loss,
                r.eval_acc >= 0 ? fmt::format(", held-out accuracy {:.3f}", r.eval_acc) : std::string(),
                checkpoint_path(opt.out_dir));

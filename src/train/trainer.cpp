@@ -5,8 +5,11 @@
 #include <c10/util/string_utils.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -86,6 +89,52 @@ void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::A
                  {"loss", loss},
                  {"model_hash", model_content_hash(model, preset)}};
   safetensors_save(checkpoint_path(dir), tensors, header.dump());
+}
+
+// SIGINT / SIGTERM during training (TrainOptions::handle_signals): the first sets the flag, the loop
+// saves a checkpoint after the step in progress and returns; a second one ends the process at once.
+std::atomic<int> g_train_signal{0};
+extern "C" void train_on_signal(int sig) {
+  if (g_train_signal.exchange(sig) != 0) std::_Exit(128 + sig);
+}
+
+// The first place two resume identities differ, as "path: checkpoint X, this run Y".
+std::string first_difference(const json& saved, const json& now) {
+  const json patch = json::diff(saved, now);
+  if (patch.empty()) return "";
+  const std::string path = patch[0].value("path", std::string("?"));
+  const json::json_pointer ptr(path);
+  const std::string was = saved.contains(ptr) ? saved.at(ptr).dump() : "(absent)";
+  const std::string is = now.contains(ptr) ? now.at(ptr).dump() : "(absent)";
+  return path + ": checkpoint " + was + ", this run " + is;
+}
+
+// Drop metrics rows past `step` (left by a run that stopped after logging but before its checkpoint)
+// and temp files of saves a kill interrupted, so a resumed run neither repeats rows nor leaves litter.
+void tidy_for_resume(const std::string& out_dir, int64_t step) {
+  const std::string mpath = (fs::path(out_dir) / "metrics.jsonl").string();
+  if (io_exists(mpath)) {
+    std::string kept;
+    bool dropped = false;
+    for (const std::string& line : io_read_lines(mpath)) {
+      json j;
+      try {
+        j = json_parse_bounded(line);
+      } catch (const JsonInputError&) {
+        dropped = true;  // a torn last row
+        continue;
+      }
+      if (j.is_object() && j.value("step", int64_t(0)) > step) {
+        dropped = true;
+        continue;
+      }
+      kept += line + "\n";
+    }
+    if (dropped) io_write_atomic(mpath, kept);
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec))
+    if (e.path().filename().string().rfind(".checkpoint.safetensors.tmp.", 0) == 0) fs::remove(e.path(), ec);
 }
 
 std::string fmt_duration(double s) {
@@ -171,7 +220,10 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     CheckpointContents r = checkpoint_read(ckpt);
     Preset saved = preset_from_json(r.header["preset"].dump(), ckpt + " (embedded preset)");
     if (resume_identity(saved) != resume_identity(preset))
-      fail(ckpt, "holds a checkpoint of a different configuration than preset '" + preset.name + "'",
+      fail(ckpt,
+           "holds a checkpoint of a different configuration than preset '" + preset.name +
+               "' (first difference at " + first_difference(resume_identity(saved), resume_identity(preset)) +
+               ")",
            "use another --out directory, or --fresh to start over");
     checkpoint_load_weights(*model, r.tensors, ckpt);
     // optimizer moments: run one zero-gradient step to create the state objects, then overwrite them
@@ -198,6 +250,10 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     std::error_code ec;
     fs::remove(fs::path(opt.out_dir) / "metrics.jsonl", ec);
   }
+  tidy_for_resume(opt.out_dir, step);
+  if (tc.steps > 0 && tc.warmup >= tc.steps)
+    log(fmt::format("warning: warmup ({} steps) >= steps ({}): the learning rate never reaches its peak {}",
+                    tc.warmup, tc.steps, tc.lr));
   io_write_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
   std::ofstream metrics((fs::path(opt.out_dir) / "metrics.jsonl").string(), std::ios::app);
   log(fmt::format("training {}: {}", preset.name, model_describe(*model)));
@@ -210,6 +266,20 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   const int64_t first = step;
   res.step = step;
   model->train();
+  if (step >= end) {  // nothing to train: say why instead of reporting a run
+    res.message =
+        tc.steps == 0 ? "train.steps is 0: nothing trained, no checkpoint written"
+        : step >= tc.steps
+            ? fmt::format("already complete at step {} ({} asked): nothing trained; {} is unchanged", step,
+                          tc.steps, ckpt)
+            : fmt::format("stopped at step {} as asked (stop_after); nothing trained", step);
+    log(res.message);
+  }
+  if (opt.handle_signals) {
+    g_train_signal = 0;
+    std::signal(SIGINT, train_on_signal);
+    std::signal(SIGTERM, train_on_signal);
+  }
   // a diverged run stops here, before any optimizer step or save; `what` says what overflowed
   auto diverged = [&](const std::string& what) {
     res.nan_stop = true;
@@ -274,7 +344,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       metrics << row.dump() << "\n";
       metrics.flush();
     }
-    if (step % tc.ckpt_every == 0 || last) {
+    const bool stop_now = opt.handle_signals && g_train_signal != 0;
+    if (step % tc.ckpt_every == 0 || last || stop_now) {
       bool finite = true;
       for (const auto& p : model->parameters()) finite = finite && torch::isfinite(p).all().item<bool>();
       if (!finite) {  // never overwrite a good checkpoint with diverged weights
@@ -284,7 +355,21 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv);
       res.step = step;
     }
+    if (stop_now) {
+      res.interrupted = true;
+      res.message = fmt::format(
+          "interrupted by signal {} at step {}: checkpoint saved ({}); run the same command "
+          "to resume",
+          int(g_train_signal), step, ckpt);
+      log(res.message);
+      break;
+    }
   }
+  if (opt.handle_signals) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
+  res.trained = step - first;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (!res.nan_stop) res.step = step;
   return res;

@@ -26,8 +26,10 @@ Batch make_batch(const std::vector<Example>& rows);
 
 struct TrainOptions {
   std::string out_dir;
-  bool fresh = false;                           // ignore (and overwrite) an existing checkpoint in out_dir
-  int64_t stop_after = -1;                      // stop early after this many total steps (tests, staged runs)
+  bool fresh = false;  // ignore (and overwrite) an existing checkpoint in out_dir
+  bool handle_signals =
+      false;                // SIGINT / SIGTERM: finish the step, save a checkpoint, return (a second: exit)
+  int64_t stop_after = -1;  // stop early after this many total steps (tests, staged runs)
   std::function<void(const std::string&)> log;  // progress lines; default prints to stdout
   // called with the model before each step's forward (instrumentation; tests inject faults with it)
   std::function<void(DecoderImpl& model, int64_t step)> before_step;
@@ -39,6 +41,8 @@ struct TrainResult {
   double eval_acc = -1;  // last periodic evaluation accuracy (-1 = none)
   bool nan_stop = false;
   bool resumed = false;
+  bool interrupted = false;  // SIGINT / SIGTERM: stopped after a step, checkpoint saved
+  int64_t trained = 0;       // steps this call ran (0: nothing to do, `message` says why)
   double seconds = 0;
   std::string message;
 };
