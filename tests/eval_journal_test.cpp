@@ -124,6 +124,17 @@ TEST(Journal, CorruptCompleteLineNamesFileAndLine) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("journal.jsonl:2"), std::string::npos) << e.what();
   }
+  // several bad lines are listed at once (issue 18): one rerun fixes them all
+  spit(path, "{not json\n" + journal_record_to_json(sample_record(1)).dump() + "\n[1]\n{\"id\": 1}\n");
+  try {
+    journal_load(path);
+    FAIL();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("3 line(s) are not journal records"), std::string::npos) << what;
+    for (const char* at : {"journal.jsonl:1", "journal.jsonl:3", "journal.jsonl:4"})
+      EXPECT_NE(what.find(at), std::string::npos) << at << " in " << what;
+  }
   spit(path, "{\"id\": 1}\n");
   try {
     journal_load(path);

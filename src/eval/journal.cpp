@@ -128,6 +128,7 @@ JournalLoad journal_load(const std::string& path) {
   out.torn_bytes = static_cast<int64_t>(text.size() - complete);
 
   std::unordered_map<int64_t, size_t> index;  // id -> position in out.records
+  std::vector<std::string> bad;               // every line that is not a record, reported at once
   size_t start = 0;
   int64_t line_no = 0;
   while (start < complete) {
@@ -141,8 +142,8 @@ JournalLoad journal_load(const std::string& path) {
     try {
       j = json_parse_bounded(line);
     } catch (const JsonInputError&) {
-      fail(where, "line is not valid JSON (a complete line, so not a torn write)",
-           "the journal was edited or corrupted; delete it (or this line) and rerun");
+      bad.push_back(where + " is not valid JSON (a complete line, so not a torn write)");
+      continue;
     }
     if (line_no == 1 && j.is_object() && j.contains("journal_identity")) {
       const nlohmann::json& id = j["journal_identity"];
@@ -151,7 +152,13 @@ JournalLoad journal_load(const std::string& path) {
       out.has_identity = true;
       continue;
     }
-    JournalRecord r = journal_record_from_json(j, where);
+    JournalRecord r;
+    try {
+      r = journal_record_from_json(j, where);
+    } catch (const Error& e) {
+      bad.push_back(e.what());
+      continue;
+    }
     ++out.lines;
     if (!r.scored()) ++out.error_lines;
     auto it = index.find(r.id);
@@ -166,6 +173,13 @@ JournalLoad journal_load(const std::string& path) {
     } else {
       old = std::move(r);  // an earlier failure is superseded by a later answer (or a later failure)
     }
+  }
+  if (!bad.empty()) {
+    std::string list;
+    for (size_t i = 0; i < bad.size() && i < 20; ++i) list += (i ? "; " : "") + bad[i];
+    if (bad.size() > 20) list += fmt::format("; and {} more", bad.size() - 20);
+    fail(path, fmt::format("{} line(s) are not journal records: {}", bad.size(), list),
+         "the journal was edited or corrupted; delete these lines (or the journal) and rerun");
   }
   return out;
 }

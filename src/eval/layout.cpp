@@ -428,18 +428,15 @@ LayoutDesign layout_build(const LayoutSpec& spec) {
     const int suggest = d.mean_range > spec.tol_mean + 1e-9 && n % R != 0
                             ? layout_base_count(int64_t(n) * R, R)
                             : layout_base_count(int64_t(2 * n) * R, R);
-    fail(
-        where + fmt::format(", R={}, n_base={}", R, n),
-        fmt::format(
-            "residue groups differ in target position: the means span {:.3f} tokens (tolerance {}), the "
-            "standard deviations span {:.3f} tokens (tolerance {}){}",
-            d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd,
-            spec.balance ? "" : "; this is the naive (balance = false) design"),
-        spec.balance
-            ? fmt::format("use more base examples, a multiple of R (e.g. n_base = {}, i.e. --samples {}), or "
-                          "raise tol_mean / tol_sd",
-                          suggest, int64_t(suggest) * R)
-            : "use the balanced design (balance = true)");
+    fail(where + fmt::format(", R={}, n_base={}", R, n),
+         fmt::format(
+             "residue groups differ in target position: the means span {:.3f} tokens (tolerance {}), the "
+             "standard deviations span {:.3f} tokens (tolerance {}){}",
+             d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd,
+             spec.balance ? "" : "; this is the naive (balance = false) design"),
+         spec.balance ? fmt::format("use more base examples, a multiple of R: --samples {} (n_base = {})",
+                                    int64_t(suggest) * R, suggest)
+                      : "use the balanced design (balance = true)");
   }
   return d;
 }

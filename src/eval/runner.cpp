@@ -103,7 +103,12 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
   const LayoutDesign design = layout_build(opt.layout);
   const std::string moments = layout_format_moments(design);
   io_write_atomic(out_dir + "/layout.txt", moments);
-  if (log) *log << moments << std::flush;
+  if (log && opt.log_layout) {
+    *log << moments << std::flush;
+  } else if (log) {  // its last line: the spread of the groups' position moments
+    const size_t end = moments.find_last_not_of('\n'), start = moments.rfind('\n', end);
+    *log << moments.substr(start == std::string::npos ? 0 : start + 1) << std::flush;
+  }
 
   // score (or resume) every sample through the engine, bound to this model, backend and design
   const ScoringSummary sum =

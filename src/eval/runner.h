@@ -27,6 +27,7 @@ struct EvalOptions {
   bool report = true;           // render the plots and report.html (needs gnuplot)
   int max_failed_batches = 3;   // give up after this many consecutive batches with no answer at all
   bool fresh = false;           // start the journal over instead of resuming it (eval/scoring.h)
+  bool log_layout = true;       // the per-residue position table (false: its one-line summary)
   std::ostream* log = nullptr;  // layout moments and progress lines; nullptr = silent
 };
 

@@ -127,10 +127,12 @@ void draw(const ExplainResults& r, const std::string& out_dir) {
       p.heat_rows.push_back(k.label);
     }
     for (int s = 0; s < r.S; ++s) p.heat_cols.push_back(std::to_string(s));
+    if (!(r.clean.mean > 0))  // every cell NaN: say why the map is blank
+      p.title += " (blank: clean accuracy is 0 at every phase, so no relative change is defined)";
     plot_render(p, out_dir + "/knockout.png", 800, 120 + 60 * int(std::max<size_t>(1, r.knockouts.size())));
   }
-  // gate profiles: one panel per layer, a series per branch and KV head
-  {
+  // gate profiles: one panel per layer, a series per branch and KV head (none: no compressed branch)
+  if (!r.gates.empty()) {
     PlotFigure fig;
     fig.title = r.model + ": gate profiles g(r) = gate mass at phase r / uniform share";
     std::vector<int> layers;
@@ -155,17 +157,12 @@ void draw(const ExplainResults& r, const std::string& out_dir) {
       }
       fig.panels.push_back(p);
     }
-    if (fig.panels.empty()) {
-      PlotPanel p;
-      p.title = "no compressed branch";
-      fig.panels.push_back(p);
-    }
     fig.cols = 1;
     fig.height = 320 * int(fig.panels.size());
     plot_render(fig, out_dir + "/gate_profiles.png");
   }
-  // cycling: observed vs predicted per delta
-  {
+  // cycling: observed vs predicted per delta (none: skipped, the report says why)
+  if (!r.cycling.empty()) {
     PlotFigure fig;
     fig.title = r.model + ": gate cycling, A_delta(r) (solid) vs A_0((r - delta) mod S) (dashed)";
     for (const auto& c : r.cycling) {
@@ -189,11 +186,6 @@ void draw(const ExplainResults& r, const std::string& out_dir) {
       q.dashed = true;
       p.series = {o, q};
       p.xtics = phase_tics(r.S);
-      fig.panels.push_back(p);
-    }
-    if (fig.panels.empty()) {
-      PlotPanel p;
-      p.title = "gate cycling skipped: " + r.cycling_note;
       fig.panels.push_back(p);
     }
     fig.cols = std::min<int>(3, int(fig.panels.size()));
@@ -274,7 +266,10 @@ ReportSection explain_report_section(const ExplainResults& r, const std::string&
   }
   h += html_table(
       {"layer", "branch", "kv head", "W", "static conc.", "per-window conc.", "profile g(r)", "peak"}, grows);
-  h += html_png(out_dir + "/gate_profiles.png", "gate profiles");
+  if (r.gates.empty())
+    h += "<p>No compressed branch: this model has no gates to profile.</p>";
+  else
+    h += html_png(out_dir + "/gate_profiles.png", "gate profiles");
   h += "<h3>Gate cycling</h3>";
   if (r.cycling.empty()) {
     h += "<p>" + html_escape("skipped: " + r.cycling_note) + "</p>";

@@ -97,7 +97,7 @@ std::vector<V4GateProfile> v4_gates(V4Checkpoint& ck) {
 
 std::string v4_gates_report(const V4Checkpoint& ck, const std::vector<V4GateProfile>& rows,
                             const std::string& out_dir) {
-  std::filesystem::create_directories(out_dir);
+  io_make_dirs(out_dir);
   json j;
   j["checkpoint"] = ck.dir;
   j["layout"] = v4_layout_name(ck.layout);

@@ -319,7 +319,9 @@ ScoreResult HttpBackend::score_one(const ScoreRequest& req) {
   if (ctx > 0 && need > ctx)
     return done(
         fmt::format("prompt of {} tokens (+1 to generate) exceeds the server's context of {} tokens; refused "
-                    "before sending (never truncated): use a shorter --context",
+                    "before sending (never truncated): for probe needle pass a smaller --context, or serve "
+                    "the model with a "
+                    "longer context (phasescope serve --max-model-len N)",
                     need - 1, ctx));
 
   // send it (retried inside the pool); the reply must parse

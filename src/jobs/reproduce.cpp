@@ -64,7 +64,10 @@ std::string pct_or_na(double v) { return v < 0 ? "n/a" : fmt::format("{:.1f}", v
 
 }  // namespace
 
-std::string reproduce_run(const ReproduceOptions& opt) {
+std::string reproduce_run(const ReproduceOptions& opt_in) {
+  // --quick and the full run keep separate folders, so neither resumes, refuses or overwrites the other
+  ReproduceOptions opt = opt_in;
+  if (opt.out.empty()) opt.out = opt.quick ? "runs/reproduce-quick" : "runs/reproduce";
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t samples = opt.samples > 0 ? opt.samples : 48 * 24;
   std::vector<std::string> results;
@@ -89,8 +92,10 @@ std::string reproduce_run(const ReproduceOptions& opt) {
     for (PadProtocol protocol : {PadProtocol::Prefix, PadProtocol::InSequence}) {
       LoadedModel m = trained;
       EvalOptions eo = eval_options_for(m.preset, protocol, samples, 24, 1);
-      eo.fresh =
-          opt.retrain;  // a retrained model starts its evaluations over (journals are bound to weights)
+      // a retrained model starts its evaluations over (journals are bound to weights); the layout is
+      // the same for every model, so its table is printed once per protocol
+      eo.fresh = opt.retrain;
+      eo.log_layout = i == 0;
       ModelBackend backend(std::move(m), name);
       const std::string eval_dir = (fs::path(opt.out) / "eval" / name / pad_protocol_name(protocol)).string();
       fmt::print("--- {} / {} padding: {} prompts -> {}\n", name, pad_protocol_name(protocol),

@@ -10,9 +10,10 @@
 namespace phasescope {
 
 struct ReproduceOptions {
-  std::string out = "runs/reproduce";  // models/<name>/, eval/<name>/<protocol>/, report.html
-  bool quick = false;                  // tiny models and few samples: the pipeline end to end in minutes
-  bool retrain = false;                // train from scratch even where a checkpoint exists
+  std::string out;     // models/<name>/, eval/<name>/<protocol>/, report.html; "" = runs/reproduce (--quick:
+                       // runs/reproduce-quick)
+  bool quick = false;  // tiny models and few samples: the pipeline end to end in minutes
+  bool retrain = false;  // train from scratch even where a checkpoint exists
   std::vector<std::string> models = {"full-1kv", "w8s8-1kv", "w8s4-1kv"};
   int64_t samples = 0;  // prompts per model and protocol (0 = the mode's default)
   int steps = 0;        // training steps per model (0 = the mode's default)

@@ -91,7 +91,7 @@ TensorMap safetensors_load(const std::string& path, std::string* header_json) {
   const uint64_t data_size = bytes.size() - data0;
   if (!header.is_object() || !header.contains("__metadata__") ||
       !header["__metadata__"].contains("phasescope"))
-    fail(path, "not a phasescope checkpoint (no __metadata__.phasescope header)",
+    fail(path, "damaged, or not a phasescope checkpoint: its header has no __metadata__.phasescope",
          "pass a checkpoint written by phasescope train");
 
   // every tensor's extent, checked before any byte is used

@@ -328,7 +328,9 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
              "the residue groups' target positions differ: means span {:.3f} tokens (tolerance {}), SDs span "
              "{:.3f} (tolerance {})",
              d.mean_range, spec.tol_mean, d.sd_range, spec.tol_sd),
-         fmt::format("use a multiple of {} for --samples-per-group, or more of them", R));
+         fmt::format("pass a larger --samples-per-group (e.g. --samples-per-group {}): more base examples "
+                     "balance the groups' positions more closely",
+                     std::max(2 * n_base, 4 * R)));
 
   // what identifies this design (journals refuse to mix designs)
   std::string id = fmt::format("needle|{}|{}|{}|{}|{}|{}|{}|{}|", spec.context, R, n_base, spec.key_tokens,

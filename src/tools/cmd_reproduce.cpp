@@ -11,9 +11,13 @@ void add_reproduce_command(CLI::App& app) {
   auto opt = std::make_shared<ReproduceOptions>();
   auto* cmd = app.add_subcommand(
       "reproduce", "train full-1kv, w8s8-1kv, w8s4-1kv; evaluate per phase; compare with the paper");
-  cmd->add_option("--out", opt->out, "output directory (models/, eval/, report.html)");
+  cmd->add_option(
+      "--out", opt->out,
+      "output directory (models/, eval/, explain/, report.html); default runs/reproduce, with --quick "
+      "runs/reproduce-quick");
   cmd->add_flag("--quick", opt->quick, "tiny models and few samples: the whole pipeline in a few minutes");
-  cmd->add_flag("--retrain,--train", opt->retrain, "train from scratch even where checkpoints exist");
+  cmd->add_flag("--retrain,--train,--fresh", opt->retrain,
+                "train from scratch even where checkpoints exist, and score every evaluation again");
   cmd->add_option("--models", opt->models, "presets to run")->delimiter(',');
   cmd->add_option("--samples", opt->samples, "prompts per model and protocol");
   cmd->add_option("--steps", opt->steps, "training steps per model");

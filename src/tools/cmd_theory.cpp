@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/io.h"
 #include "theory/flow.h"
 #include "theory/report.h"
 #include "tools/commands.h"
@@ -31,6 +32,7 @@ struct TheoryOptions {
 void run_theory(const TheoryOptions& o) {
   TheoryConfig base = o.base;
   base.gate = theory_gate_parse(o.gates);
+  if (!o.out.empty()) io_make_dirs(o.out);  // a bad --out fails now, not after the simulation
 
   if (!o.sweep) {
     // one configuration, every seed with its trajectory

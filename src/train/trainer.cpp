@@ -149,7 +149,7 @@ void train_write_init(const Preset& preset_in, const std::string& out_dir) {
   Preset preset = preset_in;
   preset.model.vocab_size = task_vocab(preset.task).size();
   model_config_sync(preset.model, "preset " + preset.name);
-  fs::create_directories(out_dir);
+  io_make_dirs(out_dir);
   torch::manual_seed(preset.train.seed);
   Decoder model(preset.model);
   torch::optim::AdamW optimizer(model->parameters(),
@@ -196,7 +196,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   preset.model.vocab_size = task_vocab(preset.task).size();
   model_config_sync(preset.model, "preset " + preset.name);
   const TrainConfig& tc = preset.train;
-  fs::create_directories(opt.out_dir);
+  io_make_dirs(opt.out_dir);
   const std::string ckpt = checkpoint_path(opt.out_dir);
 
   // model, optimizer and data stream from the seed
