@@ -11,9 +11,12 @@
 //   query position and group moments), multi-token values are teacher-forced, the flip probe finds a
 //   planted period 4; `eval`'s lookup layout runs through the HTTP backend; and the CLI killed with
 //   SIGKILL mid-run and run again journals every sample exactly once, failed ones retried.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -206,6 +209,70 @@ TEST(HttpBackendTest, EchoReadsTheAnswerLogprobEvenForAWrongAnswer) {
   ASSERT_EQ(r[1].error, "");
   EXPECT_EQ(r[1].top1, p.answer);
   EXPECT_NEAR(r[1].answer_logprob, -30.0, 1e-12);  // the fake's floor, read at the answer's position
+}
+
+// A server that answers every completion with HTTP 500 (issue 18 item 9): after breaker_after requests
+// in a row failed, the rest fail at once naming the last error, so a run stops in seconds
+TEST(HttpBackendTest, AlwaysFailingServerOpensTheBreaker) {
+  fake::Server s;
+  s.fault = [&](const httplib::Request& q, httplib::Response& r) {
+    if (q.path != "/v1/completions") return false;
+    r.status = 500;
+    r.set_content("{\"error\":\"overloaded\"}", "application/json");
+    return true;
+  };
+  HttpOptions o = fast({s.url()}, 2, 1);
+  o.breaker_after = 8;
+  o.rest_after = 1000;  // no rests: the breaker alone
+  HttpPool pool(o);
+  ServerTokenizer ts(pool, "fake-model");
+  HttpBackend b(pool, api(), &ts);
+  const RecordPrompt p = record_prompt(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<ScoreRequest> reqs(64, ScoreRequest{p.tokens, p.answer});
+  const std::vector<ScoreResult> out = b.score(reqs);
+  const double s_taken = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int not_sent = 0;
+  for (const ScoreResult& r : out) {
+    EXPECT_NE(r.error, "");
+    not_sent += r.error.find("not sent: the last 8 requests all failed, the last with: HTTP 500") !=
+                std::string::npos;
+  }
+  EXPECT_GT(not_sent, 32) << out.back().error;
+  EXPECT_LT(s_taken, 10.0);
+}
+
+// Nothing listens at the URL (issue 18 item 8): one attempt, an error that says so and how long it took
+TEST(HttpBackendTest, ConnectionRefusedFailsFast) {
+  int port = 0;
+  {  // a port that was free a moment ago: bound, read, closed (nothing listens)
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port = ntohs(a.sin_port);
+    ::close(fd);
+  }
+  HttpPool pool(fast({"http://127.0.0.1:" + std::to_string(port)}, 2, 4));
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpReply r = pool.post("/v1/completions", "{}", [](const std::string&) {});
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.attempts, 1) << r.error;
+  EXPECT_NE(r.error.find("no reply from http://127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("after 1 attempt over"), std::string::npos) << r.error;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  ServerTokenizer ts(pool, "fake-model");
+  std::string err;
+  try {
+    ts.encode("a");
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("check that the server is up"), std::string::npos) << err;
 }
 
 TEST(HttpBackendTest, ServerErrorsAreRetriedUntilSuccess) {

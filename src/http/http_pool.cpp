@@ -218,6 +218,12 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
                             const HttpAccept& accept) {
   const auto t0 = Clock::now();
   HttpReply reply;
+  if (opt_.breaker_after > 0 && failed_in_a_row_ >= opt_.breaker_after) {
+    std::lock_guard<std::mutex> g(mu_);
+    reply.error = scrub(fmt::format("not sent: the last {} requests all failed, the last with: {}",
+                                    int64_t(failed_in_a_row_), breaker_error_));
+    return reply;
+  }
   for (int attempt = 0; attempt <= opt_.retries; ++attempt) {
     // an endpoint that is not resting (or wait for the first one back)
     Clock::time_point wait_until;
@@ -279,6 +285,7 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
           reply.error.clear();
           checkin(e, std::move(c));
           record(e, true, -1);
+          failed_in_a_row_ = 0;
           reply.ms = ms_since(t0);
           return reply;
         } catch (const std::exception& ex) {
@@ -299,6 +306,12 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
       break;
     }
     record(e, false, retry_after, reply.error);
+    // nothing listens there and nothing ever answered: retrying a refused connection only delays the news
+    if (!sent && err == httplib::Error::Connection) {
+      std::lock_guard<std::mutex> g(mu_);
+      const EndpointState& st = endpoints_[e];
+      if (st.requests == st.failures && endpoints_.size() == 1) break;
+    }
 
     // wait before the next attempt: a Retry-After rests the endpoint (pick_endpoint waits for it or
     // takes another one); otherwise exponential backoff
@@ -310,9 +323,16 @@ HttpReply HttpPool::request(const std::string& method, const std::string& path, 
     }
   }
   reply.ok = false;
-  reply.error = scrub(
-      fmt::format("{} (after {} attempt{})", reply.error, reply.attempts, reply.attempts == 1 ? "" : "s"));
   reply.ms = ms_since(t0);
+  reply.error = scrub(fmt::format("{} (after {} attempt{} over {:.1f} s)", reply.error, reply.attempts,
+                                  reply.attempts == 1 ? "" : "s", reply.ms / 1000.0));
+  const bool request_at_fault = reply.status >= 400 && reply.status < 500 && !retryable_status(reply.status);
+  if (!request_at_fault) {  // the server's failure (no reply, 5xx, 429, an unusable body), not the request's
+    if (++failed_in_a_row_ == opt_.breaker_after) {
+      std::lock_guard<std::mutex> g(mu_);
+      breaker_error_ = reply.error;
+    }
+  }
   return reply;
 }
 

@@ -33,6 +33,10 @@ struct HttpOptions {
                            // overflows small listen queues: httplib servers listen with 5)
   int rest_after = 3;  // consecutive failures that rest an endpoint
   double rest_s = 5;   // first rest; doubles while the endpoint keeps failing (cap 300 s)
+  // circuit breaker: after this many requests in a row failed (each after its retries; a 4xx is the
+  // request's fault and does not count) every later request fails at once, naming the last error,
+  // so a dead or always-failing server stops a run in seconds instead of hours. 0 = never
+  int breaker_after = 32;
 };
 
 // One base URL split for httplib: "http://host:port" and a path prefix ("" or "/something").
@@ -123,6 +127,8 @@ class HttpPool {
   std::condition_variable connect_cv_;
   int connecting_ = 0;
   std::atomic<uint64_t> jitter_{0x9E3779B97F4A7C15ull};
+  std::atomic<int64_t> failed_in_a_row_{0};  // requests (after retries) failed since the last success
+  std::string breaker_error_;                // the failure that opened the breaker (under mu_)
 
   // the worker threads and the one job they share
   std::mutex job_mu_, submit_mu_;

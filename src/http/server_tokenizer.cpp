@@ -79,6 +79,9 @@ TokenizeFlavor ServerTokenizer::detect() const {
     tokenize_reply_parse(body, nullptr);
     has_count = json_parse_bounded(body).contains("count");
   });
+  if (!v.ok && v.status == 0)  // no HTTP answer at all: the shapes are not the question
+    fail("tokenize at " + v.endpoint, v.error,
+         "check that the server is up and listens at that URL (host, port, --base-url)");
   TokenizeFlavor f = TokenizeFlavor::Auto;
   if (v.ok && has_count) {
     f = TokenizeFlavor::Vllm;
