@@ -460,6 +460,11 @@ TEST_F(Serve, HostileBodiesAreClientErrorsAndTheServerLives) {
   expect_error(big, 400, "", "invalid_json");
   EXPECT_NE(big.raw.find("number overflow"), std::string::npos) << big.raw;
   EXPECT_EQ(ts::get(port(), "/health").status, 200);
+  // bodies past 8 MiB and id lists past 16 x max_model_len are refused with what to do
+  const ts::Reply huge = ts::post(port(), C, "{\"prompt\": \"" + std::string(9 << 20, 'x') + "\"}");
+  expect_error(huge, 413, "", "request_too_large");
+  std::vector<int> many(16 * 256 + 1, 0);
+  expect_error(ts::post(port(), "/detokenize", json{{"tokens", many}}), 400, "tokens", "too_many_tokens");
   httplib::Client cli("127.0.0.1", port());
   auto res = cli.Post(C.c_str(), httplib::Headers{{"Range", "bytes=0-1"}},
                       R"({"prompt": "bos k3", "max_tokens": 1, "temperature": 0})", "application/json");

@@ -512,6 +512,12 @@ std::string detokenize_reply(const std::string& body, const ApiModel& m) {
   check_model(j, m);
   if (!present(j, "tokens")) bad("tokens", "'tokens' is required: a list of token ids", "missing_parameter");
   if (!j.at("tokens").is_array()) bad("tokens", "'tokens' must be a list of token ids", "invalid_type");
+  const size_t max_ids = size_t(16) * size_t(m.max_model_len);  // bounds the work one request can ask for
+  if (j.at("tokens").size() > max_ids)
+    bad("tokens",
+        fmt::format("{} token ids is more than this server detokenizes at once ({} = 16 x max_model_len)",
+                    j.at("tokens").size(), max_ids),
+        "too_many_tokens");
   const std::string text = text_decode(m.vocab, check_ids(j.at("tokens"), m, "tokens"));
   return ojson{{"prompt", text}, {"content", text}}.dump();
 }

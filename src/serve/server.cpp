@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,6 +23,10 @@
 #include "serve/api.h"
 
 namespace phasescope {
+
+// The largest request body the server reads: far above any prompt a served phasescope model can take
+// (thousands of token ids), far below what would let one client grow the server by gigabytes.
+constexpr size_t kMaxBodyBytes = size_t(8) << 20;
 
 namespace {
 
@@ -67,6 +72,9 @@ struct Server::Impl {
       send_error(res,
                  ApiError(stopping ? 503 : 500, e.what(), "", stopping ? "shutting_down" : "internal_error"));
     }
+    // the allocator is tuned to keep freed memory for speed (core/runtime.h); after a large request
+    // give it back, so a burst of big bodies does not leave the server gigabytes larger
+    if (req.body.size() > (size_t(1) << 20)) ::malloc_trim(0);
     if (opt.log) {
       std::lock_guard<std::mutex> lk(log_mu);
       // httplib fills in 200 after the handler returns
@@ -124,17 +132,32 @@ struct Server::Impl {
         send_error(r, ApiError(405, fmt::format("{} takes GET", p), "", "method_not_allowed"));
       });
     // unknown paths (and any other error status without a body): an error object too
-    http.set_error_handler(
-        httplib::Server::HandlerWithResponse([](const httplib::Request& q, httplib::Response& r) {
-          if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          send_error(r, ApiError(r.status,
-                                 fmt::format("{} {} is not an endpoint of this server (POST /v1/completions, "
-                                             "POST /v1/chat/completions, GET /v1/models, POST /tokenize, "
-                                             "POST /detokenize, GET /health)",
-                                             q.method, q.path),
-                                 "", r.status == 404 ? "not_found" : ""));
-          return httplib::Server::HandlerResponse::Handled;
-        }));
+    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& q,
+                                                                   httplib::Response& r) {
+      if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      if (r.status == 413) {
+        send_error(r, ApiError(413,
+                               fmt::format("the request body is larger than {} bytes; send a shorter prompt "
+                                           "(token ids: at most max_model_len of them)",
+                                           kMaxBodyBytes),
+                               "", "request_too_large"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (r.status == 408 || r.status == 400) {
+        send_error(r, ApiError(r.status,
+                               r.status == 408 ? "the request was not received in time (--timeout-s)"
+                                               : "the HTTP request could not be read (headers, length, body)",
+                               "", r.status == 408 ? "request_timeout" : "bad_request"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      send_error(r, ApiError(r.status,
+                             fmt::format("{} {} is not an endpoint of this server (POST /v1/completions, "
+                                         "POST /v1/chat/completions, GET /v1/models, POST /tokenize, "
+                                         "POST /detokenize, GET /health)",
+                                         q.method, q.path),
+                             "", r.status == 404 ? "not_found" : ""));
+      return httplib::Server::HandlerResponse::Handled;
+    }));
     http.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr) {
       send_error(r, ApiError(500, "internal error while handling the request", "", "internal_error"));
     });
@@ -172,7 +195,7 @@ Server::Server(const ServeOptions& opt) : impl_(new Impl) {
   m.http.set_keep_alive_max_count(1000);
   m.http.set_keep_alive_timeout(2);  // an idle kept-alive connection ends after 2 s (bounds shutdown)
   m.http.set_tcp_nodelay(true);
-  m.http.set_payload_max_length(size_t(64) << 20);
+  m.http.set_payload_max_length(kMaxBodyBytes);  // larger bodies: 413 with a message (error handler)
   // httplib 0.11 listens with a backlog of 5: a burst of new connections (64 clients starting together)
   // overflows it and the kernel drops SYNs, which clients retry only after 1 s. Keep the listening socket
   // (SO_REUSEADDR as httplib's default; no SO_REUSEPORT, so a port in use is an error) and listen again
