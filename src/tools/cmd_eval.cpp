@@ -34,11 +34,12 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--task", a->task, "evaluation task (lookup)")->check(CLI::IsMember({"lookup"}));
   cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")
       ->check(CLI::IsMember({"prefix", "in-sequence"}));
-  cmd->add_option("--samples", a->samples, "about this many prompts (rounded up to whole paired blocks)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
+  cmd->add_option("--samples", a->samples,
+                  "about this many prompts, in [1, 2^24] (rounded up to whole paired blocks)")
+      ->check(in_range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
-  cmd->add_option("--R", a->R, "residues: r = target position mod R")
-      ->check(CLI::Range(2, 512))
+  cmd->add_option("--R,--residues", a->R, "residues: r = target position mod R, in [2, 512]")
+      ->check(in_range(2, 512))
       ->capture_default_str();
   cmd->add_option("--bootstrap", a->bootstrap, "cluster-bootstrap replicates");
   cmd->add_option("--seed", a->seed, "seed of the evaluation prompts");

@@ -28,7 +28,7 @@ void add_explain_command(CLI::App& app) {
                   "calibration prompts (head means, gate statistics)");
   cmd->add_option("--protocol", a->protocol, "prefix | in-sequence")
       ->check(CLI::IsMember({"prefix", "in-sequence"}));
-  cmd->add_option("--R", a->opt.R, "layout residues (a multiple of the model's stride)");
+  cmd->add_option("--R,--residues", a->opt.R, "layout residues (a multiple of the model's stride)");
   cmd->add_option("--seed", a->opt.seed, "seed of the evaluation prompts (calibration: seed + 7919)");
   cmd->add_option("--deltas", a->opt.deltas, "gate-cycling shifts");
   cmd->add_flag("--fresh", a->opt.fresh,

@@ -116,8 +116,9 @@ void add_probe_command(CLI::App& app) {
   flip->add_option("--filler", f->fillers,
                    "filler unit, repeated (repeat the flag for several families; default \" =\")");
   flip->add_option("--candidate", f->candidates, "a candidate continuation (at least two; default 8 and 32)");
-  flip->add_option("--L-min", f->L_min, "shortest L (tokens up to the end of the filler; default 24)");
-  flip->add_option("--L-max", f->L_max, "longest L (default 39)");
+  flip->add_option("--L-min,--l-min", f->L_min,
+                   "shortest L (tokens up to the end of the filler; default 24)");
+  flip->add_option("--L-max,--l-max", f->L_max, "longest L (default 39)");
   flip->add_option("--period-max", f->P_max, "longest period tried (default: half the lengths)");
   flip->add_option("--label", f->label, "model label in the journal (default: --model)");
   flip->add_option("--out", f->out, "output directory (journal, flip.json, flip.csv, flip.txt)")->required();

@@ -21,8 +21,10 @@ void add_reproduce_command(CLI::App& app) {
   cmd->add_option("--models", opt->models, "presets to run")->delimiter(',');
   cmd->add_option("--samples", opt->samples, "prompts per model and protocol");
   cmd->add_option("--steps", opt->steps, "training steps per model");
-  cmd->add_flag("!--no-explain", opt->explain, "skip the knockout / gate / cycling analysis of each model");
-  cmd->callback([opt] {
+  auto no_explain = std::make_shared<bool>(false);
+  cmd->add_flag("--no-explain", *no_explain, "skip the knockout / gate / cycling analysis of each model");
+  cmd->callback([opt, no_explain] {
+    if (*no_explain) opt->explain = false;
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
     reproduce_run(*opt);
   });

@@ -70,7 +70,8 @@ void add_theory_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("theory",
                                      "gradient flow on the idealized retrieval model (paper §1.7): where do "
                                      "the heads go, what is left uncovered");
-  cmd->add_option("--N", o->axes.N, "vocabulary size; a list with --sweep (default 64)")->delimiter(',');
+  cmd->add_option("--N,--vocab", o->axes.N, "vocabulary size; a list with --sweep (default 64)")
+      ->delimiter(',');
   cmd->add_option("--S", o->axes.S, "tokens per chunk; a list with --sweep (default 4)")->delimiter(',');
   cmd->add_option("--heads,-m", o->axes.heads, "heads m < S; a list with --sweep (default 2)")
       ->delimiter(',');

@@ -93,8 +93,10 @@ void add_train_command(CLI::App& app) {
     Overrides o;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd =
-      app.add_subcommand("train", "train a preset from scratch (resumes if --out holds its checkpoint)");
+  auto* cmd = app.add_subcommand(
+      "train",
+      "train a preset from scratch (resumes if --out holds its checkpoint); every option below --fresh "
+      "overrides the preset, whose value is the default (`phasescope presets` lists them)");
   cmd->add_option("--preset", a->preset, "preset name (see `phasescope presets`) or a preset .json file")
       ->required();
   cmd->add_option("--out", a->out, "output directory (checkpoint, config, metrics); default runs/<preset>");

@@ -11,11 +11,12 @@ namespace phasescope {
 void add_zoo_command(CLI::App& app) {
   auto opt = std::make_shared<ZooOptions>();
   auto* cmd = app.add_subcommand("zoo", "check every attention kind against its loop reference and time it");
-  cmd->add_option("--check-tokens", opt->check_tokens, "sequence length for the reference comparison")
-      ->check(CLI::Range(1, 512));
-  cmd->add_option("--time-tokens", opt->time_tokens, "sequence length for the timing")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--batch", opt->batch, "batch size for the timing")->check(CLI::Range(1, 1024));
+  cmd->add_option("--check-tokens", opt->check_tokens,
+                  "sequence length for the reference comparison, in [1, 512]")
+      ->check(in_range(1, 512));
+  cmd->add_option("--time-tokens", opt->time_tokens, "sequence length for the timing, in [1, 2^20]")
+      ->check(in_range(1, 1 << 20));
+  cmd->add_option("--batch", opt->batch, "batch size for the timing, in [1, 1024]")->check(in_range(1, 1024));
   cmd->add_option("--seed", opt->seed, "random seed");
   cmd->callback([opt] {
     // what this process runs with

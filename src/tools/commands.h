@@ -5,6 +5,13 @@
 
 namespace phasescope {
 
+// A numeric range check that prints nothing of its own in --help (CLI11 renders "INT:INT in [1 - 512]");
+// the option's help text states the range instead.
+template <class T>
+CLI::Validator in_range(T lo, T hi) {
+  return CLI::Range(lo, hi).description("");
+}
+
 void add_zoo_command(CLI::App& app);        // smoke run of the attention zoo (cmd_zoo.cpp)
 void add_theory_command(CLI::App& app);     // idealized retrieval model, gradient flow (cmd_theory.cpp)
 void add_train_command(CLI::App& app);      // train a preset; list presets (cmd_train.cpp)

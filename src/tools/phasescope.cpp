@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   // the subcommands
   CLI::App app{"phasescope: find, explain and fix phase sensitivity in chunked KV-cache compression"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // every --help shows each option's default
+  app.footer("Environment: PHASESCOPE_THREADS=N sets the compute threads (default: all cores; tests use 1).");
   phasescope::add_zoo_command(app);
   phasescope::add_train_command(app);
   phasescope::add_eval_command(app);
