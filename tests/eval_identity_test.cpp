@@ -2,7 +2,8 @@
 // weights and architecture), backend, layout and scoring options it was created with, and a
 // checkpoint to the model it was written with. Each case a user met (issue 16) is refused here:
 // evaluating into a journal after the model trained on, after swapping in another seed's model, and
-// loading a checkpoint whose same-shape tensors were swapped (its byte checksum still passes).
+// loading a checkpoint whose same-shape tensors were swapped or whose config was edited (issue 18 item
+// 20: the checksum binds bytes to names, shapes and the header), or whose shapes are negative.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "core/io.h"
 #include "eval/journal.h"
 #include "eval/model_backend.h"
@@ -109,36 +111,115 @@ TEST(Identity, JournalWithoutIdentityIsRefused) {
   EXPECT_TRUE(journal_load(path).has_identity);
 }
 
-// swap the data offsets of two same-shape tensors: the byte checksum (bytes in offset order) still
-// passes, the model hash the checkpoint recorded does not
+// A checkpoint's safetensors header, parsed, and its data section.
+struct CheckpointBytes {
+  nlohmann::json header;
+  std::string data;
+  std::string tensor(const std::string& name) const {  // one tensor's bytes
+    const auto& o = header[name]["data_offsets"];
+    return data.substr(o[0].get<size_t>(), o[1].get<size_t>() - o[0].get<size_t>());
+  }
+};
+CheckpointBytes checkpoint_bytes(const std::string& path) {
+  const std::string bytes = io_read_text(path);
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i) len |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
+  return {nlohmann::json::parse(bytes.substr(8, len)), bytes.substr(8 + len)};
+}
+void checkpoint_write_raw(const std::string& path, const CheckpointBytes& c) {
+  std::string hs = c.header.dump();
+  while (hs.size() % 8) hs += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char((uint64_t(hs.size()) >> (8 * i)) & 0xff);
+  io_write_atomic(path, out + hs + c.data);
+}
+
+// swap the data offsets of two same-shape tensors (issue 18 item 20): the bytes in offset order are
+// unchanged, but the checksum binds each tensor's bytes to its name, so the file is refused
 TEST(Identity, CheckpointRefusesSwappedTensors) {
   const std::string ck = tmp_dir("swap_ck");
   train_write_init(tiny(), ck);
   const std::string path = checkpoint_path(ck);
-  const std::string bytes = io_read_text(path);
-  uint64_t len = 0;
-  for (int i = 0; i < 8; ++i) len |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
-  nlohmann::json h = nlohmann::json::parse(bytes.substr(8, len));
-  auto data = [&](const nlohmann::json& e) {  // a tensor's bytes
-    return bytes.substr(8 + len + e["data_offsets"][0].get<size_t>(),
-                        e["data_offsets"][1].get<size_t>() - e["data_offsets"][0].get<size_t>());
-  };
+  CheckpointBytes c = checkpoint_bytes(path);
   std::string a, b;  // two tensors of one shape and different contents
-  for (const auto& [name, e] : h.items())
-    for (const auto& [name2, e2] : h.items())
+  for (const auto& [name, e] : c.header.items())
+    for (const auto& [name2, e2] : c.header.items())
       if (a.empty() && name != "__metadata__" && name2 != "__metadata__" && name < name2 &&
           name.rfind("model.", 0) == 0 && name2.rfind("model.", 0) == 0 && e["shape"] == e2["shape"] &&
-          data(e) != data(e2))
+          c.tensor(name) != c.tensor(name2))
         a = name, b = name2;
   ASSERT_FALSE(a.empty());
-  std::swap(h[a]["data_offsets"], h[b]["data_offsets"]);
-  std::string hs = h.dump();
-  while (hs.size() % 8) hs += ' ';
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[size_t(i)] = char((uint64_t(hs.size()) >> (8 * i)) & 0xff);
-  io_write_atomic(path, out + hs + bytes.substr(8 + len));
+  std::swap(c.header[a]["data_offsets"], c.header[b]["data_offsets"]);
+  checkpoint_write_raw(path, c);
   const std::string err = error_of([&] { model_load(ck); });
-  EXPECT_NE(err.find("do not hash to the model_hash"), std::string::npos) << a << " <-> " << b << ": " << err;
+  EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << a << " <-> " << b << ": " << err;
+  EXPECT_NE(err.find("Fix:"), std::string::npos) << err;
+}
+
+// a config field edited in the header (rope_theta) is refused: the checksum covers the header
+TEST(Identity, CheckpointRefusesAnEditedConfig) {
+  const std::string ck = tmp_dir("edit_ck");
+  train_write_init(tiny(), ck);
+  const std::string path = checkpoint_path(ck);
+  CheckpointBytes c = checkpoint_bytes(path);
+  nlohmann::json own = nlohmann::json::parse(c.header["__metadata__"]["phasescope"].get<std::string>());
+  const std::string before = own.dump();
+  std::function<void(nlohmann::json&)> edit = [&](nlohmann::json& j) {  // every rope_theta, anywhere
+    if (j.is_object())
+      for (auto& [k, v] : j.items()) {
+        if (k == "rope_theta") v = 12345.0;
+        edit(v);
+      }
+    else if (j.is_array())
+      for (auto& v : j) edit(v);
+  };
+  edit(own);
+  ASSERT_NE(own.dump(), before) << "the header holds no rope_theta";
+  c.header["__metadata__"]["phasescope"] = own.dump();
+  checkpoint_write_raw(path, c);
+  const std::string err = error_of([&] { model_load(ck); });
+  EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
+}
+
+// negative, fractional or absurd shapes are refused by name, before any allocation
+TEST(Identity, CheckpointRefusesBadShapes) {
+  const std::string ck = tmp_dir("shape_ck");
+  train_write_init(tiny(), ck);
+  const std::string path = checkpoint_path(ck);
+  const CheckpointBytes c0 = checkpoint_bytes(path);
+  std::string name;
+  for (const auto& [k, e] : c0.header.items())
+    if (k != "__metadata__" && e["shape"].size() == 2) name = k;
+  ASSERT_FALSE(name.empty());
+  for (const nlohmann::json& shape : {nlohmann::json{-4, -8}, nlohmann::json{2.5, 3},
+                                      nlohmann::json{int64_t(1) << 50, 1}, nlohmann::json("4x4")}) {
+    CheckpointBytes c = c0;
+    c.header[name]["shape"] = shape;
+    checkpoint_write_raw(path, c);
+    const std::string err = error_of([&] { model_load(ck); });
+    EXPECT_NE(err.find(name), std::string::npos) << shape << ": " << err;
+    EXPECT_NE(err.find("shape"), std::string::npos) << shape << ": " << err;
+  }
+  CheckpointBytes c = c0;
+  c.header[name]["data_offsets"] = {-8, 0};
+  checkpoint_write_raw(path, c);
+  EXPECT_NE(error_of([&] { model_load(ck); }).find("data_offsets"), std::string::npos);
+}
+
+// a checkpoint of an older phasescope (checksum of the bytes in offset order) still loads
+TEST(Identity, LegacyChecksumStillLoads) {
+  const std::string ck = tmp_dir("legacy_sum_ck");
+  train_write_init(tiny(), ck);
+  const std::string path = checkpoint_path(ck);
+  CheckpointBytes c = checkpoint_bytes(path);
+  uint64_t sum = kFnvOffset;  // data is written in offset order without gaps
+  sum = fnv1a(c.data, sum);
+  c.header["__metadata__"]["phasescope_checksum"] = std::to_string(sum);
+  checkpoint_write_raw(path, c);
+  EXPECT_NO_THROW(model_load(ck));
+  c.data[c.data.size() - 3] ^= 0x11;  // and its bytes are still checked
+  checkpoint_write_raw(path, c);
+  EXPECT_NE(error_of([&] { model_load(ck); }).find("checksum mismatch"), std::string::npos);
 }
 
 // the identity names what decides answers, never a port: an HTTP backend's excludes the URL

@@ -44,25 +44,47 @@ torch::Dtype dtype_parse(const std::string& s, const std::string& where) {
   fail(where, "unsupported dtype '" + s + "'", "phasescope reads F32, F64, I64 and U8 tensors");
 }
 
+// Checkpoints written before the checksum covered names, shapes and the header store the decimal
+// FNV-1a of the data bytes in offset order; they still load (their bytes are checked), with a warning.
+const std::string kChecksumV2 = "v2-";
+
 }  // namespace
+
+// The checksum binds every tensor's bytes to its name, dtype and shape, and the whole data to the
+// phasescope header (config, step, ...): swapping two same-shape tensors' offsets, or editing one
+// config field, is a mismatch. Tensors are hashed in name order, whatever their offsets.
+uint64_t checkpoint_digest(const std::vector<TensorRecord>& tensors, const std::string& header_json) {
+  uint64_t h = fnv1a(std::string("phasescope-checkpoint-v2"));
+  for (const auto& t : tensors) {
+    std::string desc = t.name + '\0' + t.dtype;
+    for (int64_t d : t.shape) desc += ':' + std::to_string(d);
+    desc += '\0';
+    h = fnv1a(desc, h);
+    h = fnv1a(t.data, t.bytes, h);
+  }
+  return fnv1a(header_json, h);
+}
 
 void safetensors_save(const std::string& path, const TensorMap& tensors, const std::string& header_json) {
   // lay out the data section (names in map order) and checksum it
   std::vector<torch::Tensor> bufs;
+  std::vector<TensorRecord> records;
   json header = json::object();
-  uint64_t offset = 0, sum = kFnvOffset;
+  uint64_t offset = 0;
   for (const auto& [name, t0] : tensors) {
     auto t = t0.detach().to(torch::kCPU).contiguous();
     const std::string dt = dtype_name(t.scalar_type());
     PS_ASSERT(!dt.empty(), "safetensors_save: unsupported dtype for " + name);
     const uint64_t n = uint64_t(t.numel()) * t.element_size();
     header[name] = {{"dtype", dt}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
-    sum = fnv1a(t.data_ptr(), n, sum);
+    records.push_back({name, dt, t.sizes().vec(), t.data_ptr(), size_t(n)});
     offset += n;
     bufs.push_back(t);
   }
   header["__metadata__"] = {
-      {"format", "pt"}, {"phasescope", header_json}, {"phasescope_checksum", std::to_string(sum)}};
+      {"format", "pt"},
+      {"phasescope", header_json},
+      {"phasescope_checksum", kChecksumV2 + hash_hex(checkpoint_digest(records, header_json))}};
   std::string h = header.dump();
   while (h.size() % 8) h += ' ';  // safetensors pads the header with spaces to 8-byte alignment
   io_write_atomic_with(path, [&](int fd, const std::string& tmp) {
@@ -94,8 +116,9 @@ TensorMap safetensors_load(const std::string& path, std::string* header_json) {
     fail(path, "damaged, or not a phasescope checkpoint: its header has no __metadata__.phasescope",
          "pass a checkpoint written by phasescope train");
 
-  // every tensor's extent, checked before any byte is used
+  // every tensor's dtype, shape and extent, checked before any byte is used
   TensorMap out;
+  std::vector<TensorRecord> records;
   std::vector<std::pair<uint64_t, uint64_t>> extents;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
@@ -103,31 +126,62 @@ TensorMap safetensors_load(const std::string& path, std::string* header_json) {
     const json& e = it.value();
     if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
       fail(where, "entry lacks dtype/shape/data_offsets", fix);
+    if (!e["dtype"].is_string()) fail(where, "dtype is not a string", fix);
     auto dtype = dtype_parse(e["dtype"].get<std::string>(), where);
-    std::vector<int64_t> shape = e["shape"].get<std::vector<int64_t>>();
-    uint64_t b = e["data_offsets"][0].get<uint64_t>(), end = e["data_offsets"][1].get<uint64_t>();
-    int64_t numel = 1;
-    for (int64_t s : shape) numel *= s;
+    const json& js = e["shape"];
+    const json& jo = e["data_offsets"];
+    if (!js.is_array() || js.size() > 8)
+      fail(where, "shape must be a list of at most 8 sizes, got " + js.dump(), fix);
+    std::vector<int64_t> shape;
+    uint64_t numel = 1;
+    for (const json& d : js) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t(1) << 40))
+        fail(where, "shape " + js.dump() + " holds a negative, non-integer or absurd size", fix);
+      shape.push_back(d.get<int64_t>());
+      numel *= uint64_t(shape.back());
+      if (numel > data_size) numel = data_size + 1;  // no overflow: already more than the file holds
+    }
+    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned())
+      fail(where, "data_offsets must be two non-negative integers, got " + jo.dump(), fix);
+    const uint64_t b = jo[0].get<uint64_t>(), end = jo[1].get<uint64_t>();
     const uint64_t esize = uint64_t(torch::elementSize(dtype));
-    if (end < b || end > data_size || (end - b) != uint64_t(numel) * esize)
+    if (end < b || end > data_size || numel > data_size || (end - b) != numel * esize)
       fail(where,
-           "byte range [" + std::to_string(b) + ", " + std::to_string(end) +
-               ") does not fit the shape or the file (" + std::to_string(data_size) + " data bytes)",
+           "byte range [" + std::to_string(b) + ", " + std::to_string(end) + ") does not fit the shape " +
+               js.dump() + " or the file (" + std::to_string(data_size) + " data bytes)",
            fix);
     extents.push_back({b, end});
     auto t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
     std::memcpy(t.data_ptr(), bytes.data() + data0 + b, end - b);
+    records.push_back({it.key(), e["dtype"].get<std::string>(), shape, t.data_ptr(), size_t(end - b)});
     out[it.key()] = t;
   }
-  // the checksum covers the data in offset order, as written
-  std::sort(extents.begin(), extents.end());
-  uint64_t sum = kFnvOffset;
-  for (const auto& [b, e] : extents) sum = fnv1a(bytes.data() + data0 + b, e - b, sum);
   const json& meta = header["__metadata__"];
-  if (!meta.contains("phasescope_checksum") ||
-      meta["phasescope_checksum"].get<std::string>() != std::to_string(sum))
-    fail(path, "data checksum mismatch (the tensor bytes were changed or cut)", fix);
-  if (header_json) *header_json = meta["phasescope"].get<std::string>();
+  if (!meta["phasescope"].is_string()) fail(path, "__metadata__.phasescope is not a string", fix);
+  const std::string own_header = meta["phasescope"].get<std::string>();
+  const std::string stored = meta.contains("phasescope_checksum") && meta["phasescope_checksum"].is_string()
+                                 ? meta["phasescope_checksum"].get<std::string>()
+                                 : "";
+  if (stored.rfind(kChecksumV2, 0) == 0) {
+    // records are in name order: the header is a sorted JSON object
+    if (stored != kChecksumV2 + hash_hex(checkpoint_digest(records, own_header)))
+      fail(path,
+           "checksum mismatch: a tensor's bytes, name, dtype or shape, or the config in the header, "
+           "differ from what was written",
+           fix);
+  } else {
+    // legacy: the data bytes in offset order
+    std::sort(extents.begin(), extents.end());
+    uint64_t sum = kFnvOffset;
+    for (const auto& [b, e] : extents) sum = fnv1a(bytes.data() + data0 + b, e - b, sum);
+    if (stored != std::to_string(sum))
+      fail(path, "data checksum mismatch (the tensor bytes were changed or cut)", fix);
+    std::fprintf(stderr,
+                 "warning: %s was written by an older phasescope whose checksum does not cover tensor names "
+                 "or the config; a swapped tensor would go unseen (train one more step to rewrite it)\n",
+                 path.c_str());
+  }
+  if (header_json) *header_json = own_header;
   return out;
 }
 
