@@ -3,7 +3,9 @@
 // prompt log-probs, chat, models, tokenize/detokenize in the llama-server and vLLM shapes, health), every
 // refusal with its status and OpenAI error object, the token-name codec's exact round trips, batching of
 // concurrent requests (and that a right-padded batch answers as the prompts one by one), that neither a
-// stalled client nor a long generation holds others back, and graceful shutdown: in process, and on
+// stalled client nor a long generation holds others back, that slow or hostile connections are cut
+// (a whole request within --timeout-s, lengths checked before bodies, 503 over --http-threads), and
+// graceful shutdown: in process, and on
 // SIGTERM in a child process that must finish the request in flight and exit 0.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -547,16 +549,16 @@ TEST_F(Serve, RightPaddedBatchEqualsPromptsOneByOne) {
 
 // ---- nobody holds others back
 
-// A raw connection that sends half a request and then nothing.
-int stalled_connection(int port) {
+// A raw connection that sends half a request (or the given bytes) and then nothing.
+int stalled_connection(int port, std::string part = "") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = {};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
-  const std::string part =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"prompt\": ";
+  if (part.empty())
+    part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"prompt\": ";
   if (::send(fd, part.data(), part.size(), 0) < 0) return -1;
   return fd;
 }
@@ -597,6 +599,134 @@ TEST_F(Serve, StalledClientsAndLongGenerationsHoldNobodyBack) {
   std::printf("  short requests done at %.0f ms, the 120-token one at %.0f ms\n", short_done_ms,
               long_done_ms.load());
   EXPECT_LT(short_done_ms, long_done_ms.load());
+}
+
+// ---- hostile and slow connections (issue 18 item 17)
+
+// Send bytes on a fresh connection, then read until the server closes or a whole reply (head and
+// Content-Length body) is in, or timeout_ms passes. status 0: no reply.
+struct RawReply {
+  int status = 0;
+  std::string text;
+  double ms = 0;
+};
+RawReply raw_exchange(int port, const std::string& bytes, int timeout_ms) {
+  RawReply out;
+  const auto t0 = Clock::now();
+  const int fd = stalled_connection(port, bytes);
+  if (fd < 0) return out;
+  char buf[4096];
+  while (since_ms(t0) < timeout_ms) {
+    timeval tv = {0, 50 * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) break;
+    if (n > 0) out.text.append(buf, size_t(n));
+    const size_t head = out.text.find("\r\n\r\n");
+    const size_t cl = out.text.find("Content-Length: ");
+    if (head != std::string::npos && cl != std::string::npos &&
+        out.text.size() >= head + 4 + std::stoul(out.text.substr(cl + 16)))
+      break;
+  }
+  out.ms = since_ms(t0);
+  ::close(fd);
+  if (out.text.rfind("HTTP/1.1 ", 0) == 0) out.status = std::stoi(out.text.substr(9, 3));
+  return out;
+}
+
+TEST(ServeConnections, LengthsAreCheckedBeforeTheBodyIsRead) {
+  const std::string dir = ts::tiny_checkpoint("serve_len");
+  Server server(ts::local_options(dir));
+  const std::string head = "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  // no Content-Length, body follows and the client keeps the connection open: 411 at once
+  RawReply r = raw_exchange(server.port(), head + "\r\n{\"content\": \"k1\"}", 5000);
+  EXPECT_EQ(r.status, 411) << r.text;
+  EXPECT_NE(r.text.find("length_required"), std::string::npos) << r.text;
+  EXPECT_LT(r.ms, 2000.0);
+  // an absurd length: 413 before any byte of it is read
+  r = raw_exchange(server.port(), head + "Content-Length: 99999999999999\r\n\r\n{", 5000);
+  EXPECT_EQ(r.status, 413) << r.text;
+  EXPECT_NE(r.text.find("request_too_large"), std::string::npos) << r.text;
+  EXPECT_LT(r.ms, 2000.0);
+  // a length that is not a number
+  r = raw_exchange(server.port(), head + "Content-Length: 12abc\r\n\r\n{}", 5000);
+  EXPECT_EQ(r.status, 400) << r.text;
+  EXPECT_LT(r.ms, 2000.0);
+  // and a well-formed request still works on the same server
+  EXPECT_EQ(ts::post(server.port(), "/tokenize", json{{"content", "k1"}}).status, 200);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServeConnections, ARequestMustArriveWholeWithinTheTimeout) {
+  const std::string dir = ts::tiny_checkpoint("serve_slow");
+  ServeOptions o = ts::local_options(dir);
+  o.timeout_s = 2;
+  Server server(o);
+  // a body shorter than its Content-Length: 408 once the request's 2 s are over
+  RawReply r = raw_exchange(server.port(),
+                            "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"con", 8000);
+  EXPECT_EQ(r.status, 408) << r.text;
+  EXPECT_NE(r.text.find("request_timeout"), std::string::npos) << r.text;
+  EXPECT_GE(r.ms, 1500.0);
+  EXPECT_LT(r.ms, 5000.0);
+  // a slowloris: one header line every 300 ms, each well within the per-read timeout; the whole
+  // request's time still runs out and the connection is let go
+  const int fd = stalled_connection(server.port(), "GET /health HTTP/1.1\r\n");
+  ASSERT_GE(fd, 0);
+  const auto t0 = Clock::now();
+  bool cut = false;
+  for (int i = 0; i < 40 && !cut; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::string line = "X-Slow-" + std::to_string(i) + ": y\r\n";
+    cut = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) < 0;
+    char c;
+    cut = cut || ::recv(fd, &c, 1, MSG_DONTWAIT) >= 0;  // a reply or the close
+  }
+  ::close(fd);
+  EXPECT_TRUE(cut);
+  EXPECT_LT(since_ms(t0), 6000.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServeConnections, AHundredHalfSentRequestsDoNotStarveHealth) {
+  const std::string dir = ts::tiny_checkpoint("serve_storm");
+  ServeOptions o = ts::local_options(dir);
+  o.http_threads = 256;  // the default
+  Server server(o);
+  std::vector<int> held;
+  for (int i = 0; i < 100; ++i)  // half with half a head, half with half a body
+    held.push_back(stalled_connection(server.port(), i % 2 ? "GET /health HTTP/1.1\r\nHost: x\r\n" : ""));
+  for (int fd : held) ASSERT_GE(fd, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double worst = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    EXPECT_EQ(ts::get(server.port(), "/health").status, 200);
+    worst = std::max(worst, since_ms(t0));
+  }
+  std::printf("  /health with 100 half-sent requests open: slowest of 5 answers %.1f ms\n", worst);
+  EXPECT_LT(worst, 1000.0);
+  for (int fd : held) ::close(fd);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServeConnections, OneConnectionOverTheLimitGets503AtOnce) {
+  const std::string dir = ts::tiny_checkpoint("serve_busy");
+  ServeOptions o = ts::local_options(dir);
+  o.http_threads = 4;
+  Server server(o);
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) held.push_back(stalled_connection(server.port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const RawReply r = raw_exchange(server.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 5000);
+  EXPECT_EQ(r.status, 503) << r.text;
+  EXPECT_NE(r.text.find("server_busy"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("Retry-After: 1"), std::string::npos) << r.text;
+  EXPECT_LT(r.ms, 2000.0);
+  for (int fd : held) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(ts::get(server.port(), "/health").status, 200);  // served again once they are gone
+  std::filesystem::remove_all(dir);
 }
 
 // ---- start-up refusals

@@ -51,7 +51,7 @@ inline ServeOptions local_options(const std::string& checkpoint) {
   ServeOptions o;
   o.checkpoint = checkpoint;
   o.port = 0;
-  o.http_threads = 16;
+  o.http_threads = 64;
   o.timeout_s = 10;
   return o;
 }

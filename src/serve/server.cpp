@@ -1,20 +1,27 @@
 // server.cpp — see server.h.
 #include "serve/server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <httplib.h>
 #include <malloc.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <thread>
@@ -39,13 +46,207 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e), kJson);
 }
 
+// ---- connections: a whole request within timeout_s, at most http_threads at once
+//
+// cpp-httplib 0.11 times out each socket read on its own, so a client that sends one header line
+// every few seconds holds its connection thread for ever, and its fixed pool lets 64 such clients
+// starve everyone. Here every request must arrive whole (head and body) within timeout_s of its first
+// byte; connection threads start as connections arrive, up to http_threads; a connection beyond that
+// gets 503 server_busy with Retry-After at once, so the others keep being served.
+
+thread_local bool t_request_deadline_hit = false;  // this connection's request ran out of time
+
+// A socket stream for httplib's request parser: buffered reads that share one deadline per request,
+// writes bounded by the write timeout.
+class RequestStream : public httplib::Stream {
+ public:
+  RequestStream(int fd, int read_timeout_s, int write_timeout_s, int request_timeout_s)
+      : fd_(fd),
+        read_ms_(read_timeout_s * 1000),
+        write_ms_(write_timeout_s * 1000),
+        request_s_(request_timeout_s) {}
+
+  // Wait up to seconds for the next request's first byte (keep-alive idle); false: none came.
+  bool wait_next_request(int seconds) {
+    return pos_ < len_ || wait_fd(POLLIN, std::max(1, seconds * 1000)) > 0;
+  }
+  void start_request() {
+    deadline_ = Clock::now() + std::chrono::seconds(request_s_);
+    t_request_deadline_hit = false;
+  }
+
+  bool is_readable() const override { return pos_ < len_ || wait_fd(POLLIN, read_budget_ms()) > 0; }
+  bool is_writable() const override { return wait_fd(POLLOUT, write_ms_) > 0; }
+  ssize_t read(char* ptr, size_t size) override {
+    if (pos_ == len_) {
+      const int budget = read_budget_ms();
+      if (budget <= 0 || wait_fd(POLLIN, budget) <= 0) {
+        if (Clock::now() >= deadline_) t_request_deadline_hit = true;
+        return -1;
+      }
+      const ssize_t n = ::recv(fd_, buf_, sizeof buf_, 0);
+      if (n <= 0) return n;
+      pos_ = 0;
+      len_ = size_t(n);
+    }
+    const size_t n = std::min(size, len_ - pos_);
+    std::memcpy(ptr, buf_ + pos_, n);
+    pos_ += n;
+    return ssize_t(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    return ::send(fd_, ptr, size, MSG_NOSIGNAL);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address(false, ip, port); }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  int read_budget_ms() const {  // the per-read timeout, cut to what is left of the request's time
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    return int(std::min<int64_t>(read_ms_, left));
+  }
+  int wait_fd(short events, int ms) const {
+    pollfd p = {fd_, events, 0};
+    int r;
+    do r = ::poll(&p, 1, ms);
+    while (r < 0 && errno == EINTR);
+    return r > 0 && (p.revents & (events | POLLHUP | POLLERR)) ? 1 : r < 0 ? -1 : 0;
+  }
+  void address(bool peer, std::string& ip, int& port) const {
+    sockaddr_storage a = {};
+    socklen_t n = sizeof a;
+    ip.clear();
+    port = 0;
+    auto* sa = reinterpret_cast<sockaddr*>(&a);
+    if ((peer ? ::getpeername(fd_, sa, &n) : ::getsockname(fd_, sa, &n)) != 0) return;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (a.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<sockaddr_in*>(&a);
+      ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+      port = ntohs(v4->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<sockaddr_in6*>(&a);
+      ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+      port = ntohs(v6->sin6_port);
+    }
+    ip = text;
+  }
+
+  int fd_, read_ms_, write_ms_, request_s_;
+  Clock::time_point deadline_ = Clock::now();
+  char buf_[4096];
+  size_t pos_ = 0, len_ = 0;
+};
+
+// One thread per connection, started as connections arrive; shutdown() waits for all of them. Beyond
+// a hard cap (well above http_threads, whose extra connections only get a quick 503) a connection is
+// handled on the accepting thread, which answers it 503 at once.
+class ConnectionThreads : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(int hard_cap) : hard_cap_(hard_cap) {}
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (active_ >= hard_cap_) {
+        fn();
+        return;
+      }
+      ++active_;
+    }
+    std::thread([this, fn = std::move(fn)] {
+      fn();
+      std::lock_guard<std::mutex> lk(mu_);
+      --active_;
+      done_.notify_all();
+    }).detach();
+  }
+  void shutdown() override {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_.wait(lk, [&] { return active_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_;
+  int active_ = 0;
+  const int hard_cap_;
+};
+
 }  // namespace
+
+// httplib's server with its connection handling replaced (RequestStream, the connection cap); routing,
+// parsing and writing are httplib's own.
+class GuardedHttpServer : public httplib::Server {
+ public:
+  int max_connections = 256;
+  int request_timeout_s = 30;
+  std::atomic<int> open{0};
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    const int n = ++open;
+    bool ret = false;
+    if (n > max_connections) {
+      refuse_busy(sock);
+    } else {
+      RequestStream strm(sock, int(read_timeout_sec_), int(write_timeout_sec_), request_timeout_s);
+      size_t count = keep_alive_max_count_;
+      while (svr_sock_ != INVALID_SOCKET && count > 0 &&
+             strm.wait_next_request(int(keep_alive_timeout_sec_))) {
+        strm.start_request();
+        bool closed = false;
+        ret = process_request(strm, count == 1, closed, nullptr);
+        if (!ret || closed) break;
+        --count;
+      }
+    }
+    linger_close(sock, 2000);
+    --open;
+    return ret;
+  }
+
+  // Close after the reply: stop writing, then read and drop what the client still sends (at most
+  // linger_ms and 64 MiB) before closing, so a client that is still sending a refused body reads the
+  // refusal instead of a connection reset.
+  static void linger_close(int fd, int linger_ms) {
+    ::shutdown(fd, SHUT_WR);
+    char sink[16384];
+    size_t dropped = 0;
+    const auto until = Clock::now() + std::chrono::milliseconds(linger_ms);
+    pollfd q = {fd, POLLIN, 0};
+    while (dropped < (size_t(64) << 20)) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      if (left <= 0 || ::poll(&q, 1, int(left)) <= 0) break;
+      const ssize_t n = ::recv(fd, sink, sizeof sink, 0);
+      if (n <= 0) break;
+      dropped += size_t(n);
+    }
+    ::close(fd);
+  }
+
+  // 503 at once (linger_close then lets the client's request bytes drain, so it reads the answer)
+  void refuse_busy(int fd) const {
+    const std::string body = error_body(ApiError(
+        503,
+        fmt::format("the server has {} connections open, its limit (--http-threads); retry after a second",
+                    max_connections),
+        "", "server_busy"));
+    const std::string reply = fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
+        body.size(), body);
+    pollfd p = {fd, POLLOUT, 0};
+    if (::poll(&p, 1, 1000) > 0) (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+  }
+};
 
 struct Server::Impl {
   ServeOptions opt;
   std::unique_ptr<Engine> engine;
   ApiModel model;
-  httplib::Server http;
+  GuardedHttpServer http;
   std::thread listener;
   int port = 0;
   int listen_fd = -1;  // httplib's listening socket (owned by httplib), kept to raise its backlog
@@ -98,9 +299,39 @@ struct Server::Impl {
   void routes() {
     // a JSON API has no byte ranges: cpp-httplib would answer a Range header with 206 and a slice of
     // the JSON (`{"`), so ranges are dropped before routing and every reply is whole
-    http.set_pre_routing_handler([](const httplib::Request& q, httplib::Response&) {
+    // A body's length is checked before the body is read (httplib would wait for a body that has no
+    // length until the client closes, and read an absurd length's bytes before refusing them): a POST
+    // without Content-Length gets 411, one over the limit 413, a malformed length 400, all at once and
+    // with the connection closed (its unread body cannot be taken for the next request).
+    http.set_pre_routing_handler([](const httplib::Request& q, httplib::Response& r) {
       const_cast<httplib::Request&>(q).ranges.clear();
-      return httplib::Server::HandlerResponse::Unhandled;
+      if (q.method != "POST" && q.method != "PUT" && q.method != "PATCH")
+        return httplib::Server::HandlerResponse::Unhandled;
+      if (q.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos)
+        return httplib::Server::HandlerResponse::Unhandled;  // httplib bounds chunked bodies itself
+      std::optional<ApiError> refusal;
+      if (!q.has_header("Content-Length")) {
+        refusal = ApiError(411, "a POST needs a Content-Length header (or Transfer-Encoding: chunked)", "",
+                           "length_required");
+      } else {
+        const std::string v = q.get_header_value("Content-Length");
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long len = std::strtoull(v.c_str(), &end, 10);
+        if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || errno != 0 || *end)
+          refusal =
+              ApiError(400, fmt::format("Content-Length '{}' is not a byte count", v), "", "bad_request");
+        else if (len > kMaxBodyBytes)
+          refusal = ApiError(413,
+                             fmt::format("Content-Length {} is more than this server reads ({} bytes); send "
+                                         "a shorter prompt (token ids: at most max_model_len of them)",
+                                         len, kMaxBodyBytes),
+                             "", "request_too_large");
+      }
+      if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
+      send_error(r, *refusal);
+      r.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
     });
     http.Post("/v1/completions",
               [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
@@ -144,9 +375,12 @@ struct Server::Impl {
         return httplib::Server::HandlerResponse::Handled;
       }
       if (r.status == 408 || r.status == 400) {
+        if (t_request_deadline_hit) r.status = 408;  // a read failed because the request's time ran out
         send_error(r, ApiError(r.status,
-                               r.status == 408 ? "the request was not received in time (--timeout-s)"
-                                               : "the HTTP request could not be read (headers, length, body)",
+                               r.status == 408
+                                   ? "the request did not arrive whole in time (serve --timeout-s); send "
+                                     "the whole request, with as many body bytes as its Content-Length"
+                                   : "the HTTP request could not be read (headers, length, body)",
                                "", r.status == 408 ? "request_timeout" : "bad_request"));
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -189,7 +423,9 @@ Server::Server(const ServeOptions& opt) : impl_(new Impl) {
   // HTTP: routes, one pool thread per connection, timeouts, then bind and listen
   m.routes();
   const int threads = opt.http_threads;
-  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  m.http.max_connections = threads;
+  m.http.request_timeout_s = opt.timeout_s;
+  m.http.new_task_queue = [threads] { return new ConnectionThreads(2 * threads + 16); };
   m.http.set_read_timeout(opt.timeout_s, 0);
   m.http.set_write_timeout(opt.timeout_s, 0);
   m.http.set_keep_alive_max_count(1000);

@@ -1,11 +1,13 @@
 // server.h — `phasescope serve`: an OpenAI-compatible HTTP server over one checkpoint (cpp-httplib).
 // Endpoints (shapes in api.h): POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
-// POST /tokenize, POST /detokenize, GET /health. Threads: a pool of http_threads connection threads
-// parse and check requests, hand them to the Engine (engine.h: the one thread that runs torch) and wait
-// for the answer, so a slow or stalled client holds only its own connection thread (and lets go after
-// timeout_s). Shutdown: stop accepting, finish every accepted request (queued ones included), stop the
-// engine; serve_until_signal does this on SIGTERM or SIGINT and returns 0 (a second signal exits at once).
-// Binds 127.0.0.1 unless told otherwise. Torch-free header.
+// POST /tokenize, POST /detokenize, GET /health. Threads: one thread per connection (started as
+// connections arrive, at most http_threads; one more gets 503 server_busy at once) parses and checks
+// requests, hands them to the Engine (engine.h: the one thread that runs torch) and waits for the
+// answer, so a slow or stalled client holds only its own connection thread, and only until its request
+// has taken timeout_s (408); a POST without Content-Length is 411 and a body over 8 MiB 413 before any
+// byte of it is read. Shutdown: stop accepting, finish every accepted request (queued ones included), stop
+// the engine; serve_until_signal does this on SIGTERM or SIGINT and returns 0 (a second signal exits at
+// once). Binds 127.0.0.1 unless told otherwise. Torch-free header.
 #pragma once
 #include <iosfwd>
 #include <memory>
@@ -23,8 +25,8 @@ struct ServeOptions {
   int max_model_len = 0;  // prompt + max_tokens limit; 0 = the length the preset trains on (task.seq_len)
   int max_batch = 32;     // sequences per forward pass (1 = unbatched)
   double batch_window_ms = 2.0;  // when idle, gather requests for this long after the first arrives
-  int http_threads = 64;         // connections served at once (more wait in the kernel's accept queue)
-  int timeout_s = 30;            // socket read/write timeout: a stalled client frees its thread after this
+  int http_threads = 256;        // connections open at once; one more is answered 503 server_busy
+  int timeout_s = 30;            // a request must arrive whole within this; a write must progress within it
   std::ostream* log = nullptr;   // one line per request when set
 };
 

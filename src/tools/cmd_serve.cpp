@@ -25,8 +25,14 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--batch-window-ms", o->batch_window_ms, "when idle, gather requests for this long")
       ->capture_default_str();
-  cmd->add_option("--http-threads", o->http_threads, "connections served at once")->capture_default_str();
-  cmd->add_option("--timeout-s", o->timeout_s, "socket read/write timeout")->capture_default_str();
+  cmd->add_option(
+         "--http-threads", o->http_threads,
+         "connections open at once (a thread each, started as they arrive); one more gets 503 server_busy")
+      ->capture_default_str();
+  cmd->add_option("--timeout-s", o->timeout_s,
+                  "a request (head and body) must arrive whole within this many seconds (else 408); also the "
+                  "write timeout")
+      ->capture_default_str();
   cmd->add_flag("--log-requests", *verbose, "print one line per request");
   cmd->callback([o, verbose] {
     std::cout << "runtime: " << runtime_describe(runtime_init()) << "\n";
