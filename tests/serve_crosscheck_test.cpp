@@ -6,6 +6,8 @@
 // Both protocols, R = 8, on a tiny untrained checkpoint: exactness matters here, not accuracy.
 // Two clients: a minimal scorer written here (the wire format by hand), and the product's HttpBackend
 // (what `phasescope eval --base-url` runs), which must agree with the in-process tables as well.
+// And both probes (needle, flip) run end to end against the served checkpoint as the CLI runs them
+// (issue 18 item 4): no --model (the server's only one), the server's /tokenize, its token space.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +20,9 @@
 #include "eval/runner.h"
 #include "http/http_pool.h"
 #include "http/openai_client.h"
+#include "probe/flip.h"
+#include "probe/needle.h"
+#include "probe/probe_setup.h"
 #include "serve_testing.h"
 
 namespace phasescope {
@@ -214,6 +219,62 @@ TEST(ServeCrossCheck, HttpBackendMatchesInProcess) {
   std::filesystem::remove_all(dir_local);
   std::filesystem::remove_all(dir_http);
   std::filesystem::remove_all(ckpt);
+}
+
+// `phasescope probe needle|flip --base-url URL` against `phasescope serve`, out of the box: the model
+// is the server's only one, the tokenizer its /tokenize, the words its own token names (the model card
+// lists its token space), answers' log-probs by echo; every sample is scored, none fails.
+TEST(ServeCrossCheck, ProbesRunAgainstOurOwnServer) {
+  const std::string ckpt = lightly_trained_checkpoint();
+  Server server(ts::local_options(ckpt));
+  ProbeConnectOptions co;
+  co.http.base_urls = {server.url()};
+  co.http.api_key_env = "";
+  co.http.concurrency = 8;
+  co.echo_on_phasescope = true;
+  ProbeConnection c = probe_connect(co);  // no --model
+  EXPECT_EQ(c.model.id, server.model_id());
+  ASSERT_TRUE(c.model.token_space.present);
+  EXPECT_EQ(c.model.token_space.keys, 32);
+  EXPECT_EQ(c.model.token_space.names, 16);
+  EXPECT_EQ(c.model.max_model_len, server.max_model_len());
+  EXPECT_TRUE(c.backend->options().echo);
+
+  // the needle: 8 residues x 32 prompts of the server's context less two (the echoed answer and one
+  // token to generate)
+  NeedleSpec spec;
+  spec.context = server.max_model_len() - 2;
+  spec.samples_per_group = 32;
+  spec = needle_token_space_spec(spec, c.model.token_space.fillers, c.model.token_space.keys,
+                                 c.model.token_space.names);
+  const NeedleDesign d = needle_build(spec, *c.tokens, nullptr);
+  EXPECT_EQ(d.vocab.keys.size(), 32u);
+  EXPECT_EQ(d.vocab.values.size(), 16u);
+  NeedleRunOptions ro;
+  ro.model = c.model.id;
+  ro.bootstrap = 50;
+  ro.report = false;
+  const std::string dir_needle = ts::temp_dir("probe-needle");
+  const EvalResults r = needle_run(*c.backend, d, ro, dir_needle);
+  EXPECT_EQ(r.stats.n_scored, 8 * 32);
+  EXPECT_EQ(r.stats.n_errors, 0);
+  for (const ResidueStat& x : r.stats.per_residue) EXPECT_EQ(x.n, 32) << x.residue;
+  for (const JournalRecord& x : journal_load(dir_needle + "/journal.jsonl").records)
+    ASSERT_TRUE(std::isfinite(x.logprob)) << "sample " << x.id << ": echo gives every answer's log-prob";
+
+  // the flip: its token-space example, every length compared
+  const ServedTokenSpace& sp = c.model.token_space;
+  const FlipDesign fd =
+      flip_build(flip_token_space_example(sp.fillers, sp.keys, sp.names), *c.tokens, nullptr);
+  FlipRunOptions fo;
+  fo.model = c.model.id;
+  const std::string dir_flip = ts::temp_dir("probe-flip");
+  const FlipResult f = flip_run(*c.backend, fd, fo, dir_flip);
+  EXPECT_EQ(f.unscored, 0);
+  EXPECT_EQ(f.comparisons, int(fd.points.size()));
+  EXPECT_EQ(fd.points.size(), 16u);  // L = 24..39
+  server.shutdown();
+  for (const std::string& dir : {dir_needle, dir_flip, ckpt}) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

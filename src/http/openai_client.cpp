@@ -128,6 +128,58 @@ CompletionChoice completion_reply_parse(const std::string& body) {
   return out;
 }
 
+std::vector<ServedModel> served_models(HttpPool& pool) {
+  std::vector<ServedModel> out;
+  bool listed = false;
+  const HttpReply r = pool.get("/v1/models", [&](const std::string& body) {
+    const json j = json_parse_bounded(body);
+    if (!j.is_object() || !j.contains("data") || !j["data"].is_array())
+      throw std::runtime_error("the reply has no \"data\" list");
+    for (const json& m : j["data"]) {
+      if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
+      ServedModel s;
+      s.id = m["id"].get<std::string>();
+      if (m.contains("max_model_len") && m["max_model_len"].is_number_integer())
+        s.max_model_len = m["max_model_len"].get<int64_t>();
+      if (m.contains("token_space") && m["token_space"].is_object()) {
+        const json& t = m["token_space"];
+        auto count = [&](const char* k) {
+          return t.contains(k) && t[k].is_number_integer() ? std::max<int64_t>(0, t[k].get<int64_t>()) : 0;
+        };
+        s.token_space.fillers = int(std::min<int64_t>(count("fillers"), 1 << 20));
+        s.token_space.keys = int(std::min<int64_t>(count("keys"), 1 << 20));
+        s.token_space.names = int(std::min<int64_t>(count("names"), 1 << 20));
+        s.token_space.present =
+            s.token_space.fillers > 0 && s.token_space.keys > 0 && s.token_space.names > 0;
+      }
+      out.push_back(s);
+    }
+    listed = true;
+  });
+  if (!r.ok || !listed)
+    fail("GET /v1/models at " + pool.describe(), r.error,
+         "pass --model NAME (the server's model name), or check that the server is up at --base-url");
+  return out;
+}
+
+ServedModel served_model_choose(const std::vector<ServedModel>& models, const std::string& wanted,
+                                const std::string& url) {
+  std::string names;
+  for (const ServedModel& m : models) names += (names.empty() ? "" : ", ") + m.id;
+  if (!wanted.empty()) {
+    for (const ServedModel& m : models)
+      if (m.id == wanted) return m;
+    ServedModel m;  // not listed: servers that alias names still answer; send what the user asked for
+    m.id = wanted;
+    return m;
+  }
+  if (models.size() == 1) return models[0];
+  fail("--model",
+       models.empty() ? "the server at " + url + " lists no model"
+                      : fmt::format("the server at {} lists {} models ({})", url, models.size(), names),
+       "pass --model NAME");
+}
+
 HttpBackend::HttpBackend(HttpPool& pool, OpenAIOptions opt, const TokenSource* tokens)
     : pool_(pool), opt_(std::move(opt)), tokens_(tokens) {
   if (opt_.model.empty())

@@ -66,6 +66,24 @@ CompletionChoice completion_reply_parse(const std::string& body);
 // "token_id:123" -> 123, anything else -> -1.
 int token_id_from_string(const std::string& s);
 
+// A model as GET /v1/models lists it. token_space: a phasescope server's token names (serve/api.cpp
+// models_reply: "bos", f0..f{fillers-1}, k0.., n0.., b0..); absent for other servers.
+struct ServedTokenSpace {
+  bool present = false;
+  int fillers = 0, keys = 0, names = 0;
+};
+struct ServedModel {
+  std::string id;
+  int64_t max_model_len = 0;  // 0: not listed (llama-server)
+  ServedTokenSpace token_space;
+};
+// GET /v1/models. Throws Error (naming the URL) when the server does not answer it with a list.
+std::vector<ServedModel> served_models(HttpPool& pool);
+// The model to probe: `wanted` when given (and listed, if the server lists models), else the server's
+// only model. Throws Error naming the listed models when the choice is not clear.
+ServedModel served_model_choose(const std::vector<ServedModel>& models, const std::string& wanted,
+                                const std::string& url);
+
 class HttpBackend : public Backend {
  public:
   // tokens may be null (then reply tokens must come with ids, and Text / Chat prompts are unavailable).

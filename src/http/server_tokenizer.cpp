@@ -72,33 +72,38 @@ TokenizeFlavor ServerTokenizer::detect() const {
     std::lock_guard<std::mutex> g(mu_);
     if (flavor_ != TokenizeFlavor::Auto) return flavor_;
   }
-  // vLLM's reply carries "count"; llama-server answers {content} requests with {tokens} only
-  bool has_count = false;
-  nlohmann::json vb = {{"model", model_}, {"prompt", "a"}, {"add_special_tokens", false}};
-  HttpReply v = pool_.post("/tokenize", vb.dump(), [&](const std::string& body) {
-    tokenize_reply_parse(body, nullptr);
-    has_count = json_parse_bounded(body).contains("count");
-  });
-  if (!v.ok && v.status == 0)  // no HTTP answer at all: the shapes are not the question
-    fail("tokenize at " + v.endpoint, v.error,
-         "check that the server is up and listens at that URL (host, port, --base-url)");
+  // vLLM's reply carries "count"; llama-server answers {content} requests with {tokens} only. The text
+  // "a" first; a server whose tokens are not words (a phasescope server takes only its token names)
+  // refuses it, so the empty text is tried next, which every tokenizer takes.
   TokenizeFlavor f = TokenizeFlavor::Auto;
-  if (v.ok && has_count) {
-    f = TokenizeFlavor::Vllm;
-  } else {
-    nlohmann::json lb = {{"content", "a"}, {"add_special", false}};
+  std::string errors;
+  for (const char* text : {"a", ""}) {
+    bool has_count = false;
+    nlohmann::json vb = {{"model", model_}, {"prompt", text}, {"add_special_tokens", false}};
+    HttpReply v = pool_.post("/tokenize", vb.dump(), [&](const std::string& body) {
+      tokenize_reply_parse(body, nullptr);
+      has_count = json_parse_bounded(body).contains("count");
+    });
+    if (!v.ok && v.status == 0)  // no HTTP answer at all: the shapes are not the question
+      fail("tokenize at " + v.endpoint, v.error,
+           "check that the server is up and listens at that URL (host, port, --base-url)");
+    if (v.ok && has_count) {
+      f = TokenizeFlavor::Vllm;
+      break;
+    }
+    nlohmann::json lb = {{"content", text}, {"add_special", false}};
     HttpReply l = pool_.post("/tokenize", lb.dump(),
                              [&](const std::string& body) { tokenize_reply_parse(body, nullptr); });
-    if (l.ok)
-      f = TokenizeFlavor::Llama;
-    else if (v.ok)
-      f = TokenizeFlavor::Vllm;
-    else
-      fail("tokenize at " + pool_.describe(),
-           "the server answers neither the vLLM nor the llama-server /tokenize shape (vLLM: " + v.error +
-               "; llama-server: " + l.error + ")",
-           "serve the model with vLLM or llama-server, or pass --tokenizer PATH (a local tokenizer.json)");
+    if (l.ok || v.ok) {
+      f = l.ok ? TokenizeFlavor::Llama : TokenizeFlavor::Vllm;
+      break;
+    }
+    if (errors.empty()) errors = "vLLM: " + v.error + "; llama-server: " + l.error;
   }
+  if (f == TokenizeFlavor::Auto)
+    fail("tokenize at " + pool_.describe(),
+         "the server answers neither the vLLM nor the llama-server /tokenize shape (" + errors + ")",
+         "serve the model with vLLM or llama-server, or pass --tokenizer PATH (a local tokenizer.json)");
   std::lock_guard<std::mutex> g(mu_);
   flavor_ = f;
   return f;

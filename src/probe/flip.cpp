@@ -34,6 +34,19 @@ std::string show(const std::string& s) {
 
 }  // namespace
 
+FlipSpec flip_token_space_example(int fillers, int keys, int names) {
+  if (fillers < 1 || keys < 4 || names < 4)
+    fail("flip token space",
+         fmt::format("{} fillers, {} keys and {} names; the example needs at least 1, 4 and 4", fillers, keys,
+                     names),
+         "pass --template, --filler and --candidate with this server's token names");
+  FlipSpec s;
+  s.template_text = "k0 n0 k1 n1 k2 n2 k3 n3 {filler} k1";
+  s.families = {{"f0", " f0"}};
+  s.candidates = {" n1", " n2"};
+  return s;
+}
+
 FlipSpec flip_fp8_example() {
   FlipSpec s;
   // Lines from the paper's illustration (design doc §1.3): the docstring sentence, the "=" line, the

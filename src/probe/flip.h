@@ -42,6 +42,11 @@ struct FlipSpec {
 // candidates "8" and "32", L = 24..39. The connecting code is ours: the real kernel is not public.
 FlipSpec flip_fp8_example();
 
+// The flip in a phasescope server's own token names (its /v1/models token space): four key-name
+// records "k0 n0 ... k3 n3", a run of filler f0, then the query k1; candidates " n1" (the record's
+// name) and " n2" (another record's); L = 24..39. Needs 1 filler, 4 keys and 4 names (Error otherwise).
+FlipSpec flip_token_space_example(int fillers, int keys, int names);
+
 std::string flip_filler(const FlipFamily& f, int n);  // the filler text of n units
 
 struct FlipPoint {

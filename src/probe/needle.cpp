@@ -145,6 +145,25 @@ const std::vector<std::string>& needle_default_values() {
   return w;
 }
 
+NeedleSpec needle_token_space_spec(NeedleSpec base, int fillers, int keys, int names) {
+  if (fillers < 4 || keys < 2 || names < 2)
+    fail("needle token space",
+         fmt::format("{} fillers, {} keys and {} names; the needle needs at least 4, 2 and 2", fillers, keys,
+                     names),
+         "pass --filler, --separator, --keys-file and --values-file with this server's token names");
+  base.filler = " f0";
+  base.separator = " f1";
+  base.delimiter = " f2";
+  base.question = " f3";
+  base.header = "";
+  base.keys.clear();
+  base.values.clear();
+  for (int i = 0; i < keys; ++i) base.keys.push_back("k" + std::to_string(i));
+  for (int i = 0; i < names; ++i)
+    base.values.push_back(" n" + std::to_string(i));  // a value follows its separator
+  return base;
+}
+
 NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::ostream* log) {
   NeedleDesign d;
   d.spec = spec;
@@ -160,7 +179,8 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   NeedleVocab& v = d.vocab;
   v.bos = ts.bos_id();
 
-  // the filler: one token that stays one token when repeated and before a newline. Punctuation
+  // the filler: one token that stays one token when repeated and before a newline (in a token space
+  // where a newline is no token, the filler's end is empty). Punctuation
   // absorbs a following newline in GPT-4-style pre-tokenizers (DeepSeek, Qwen, Llama 3), so after
   // " ." and " -" (SentencePiece models) a word is tried.
   const std::vector<std::string> fillers = spec.filler.empty()
@@ -179,7 +199,7 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
     std::vector<int> f1, f2, end;
     if (!strip_prefix(fenc[0], one, &f1) || !strip_prefix(one, two, &f2) || f1.size() != 1 || f2 != f1)
       why += fmt::format("{}: {} token(s), not one that repeats; ", show(fillers[i]), f1.size());
-    else if (!strip_prefix(one, nl_after, &end) || end.empty())
+    else if (!strip_prefix(one, nl_after, &end) || (end.empty() && !fenc[0].empty()))
       why += fmt::format("{}: merges with the newline after it; ", show(fillers[i]));
     else {
       v.filler = f1;

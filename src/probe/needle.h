@@ -87,6 +87,12 @@ const std::vector<std::string>& needle_default_values();
 // context, or the residue groups' moments differ by more than the tolerances.
 NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::ostream* log);
 
+// The needle in a phasescope server's own token names (serve/text_codec.h; the server lists its token
+// space in /v1/models): keys k0..k{keys-1}, values n0..n{names-1}, filler f0, separator f1, delimiter
+// f2, question f3, no header (a newline is no token there). Every other field of `base` is kept.
+// Needs at least 4 fillers, 2 keys and 2 names (Error otherwise).
+NeedleSpec needle_token_space_spec(NeedleSpec base, int fillers, int keys, int names);
+
 // Sample id = base * R + r. The prompt, expected value tokens and journal record (model `model`).
 ScoringSample needle_render(const NeedleDesign& d, int64_t id, const std::string& model);
 

@@ -1,7 +1,9 @@
 // probe_setup.h — one call from flags to a working HTTP backend: the pool of endpoints (retries,
 // concurrency, API key from the environment), the token source (a local tokenizer.json when a path is
 // given, else the server's /tokenize) and the HttpBackend over both. Shared by `probe` and `eval
-// --base-url`. Not here: the probes themselves.
+// --base-url`. The model is --model, or the server's only model when --model is not given; a phasescope
+// server also says its token space (ServedModel.token_space), so probes can speak it. Not here: the
+// probes themselves.
 #pragma once
 #include <memory>
 #include <string>
@@ -19,9 +21,13 @@ struct ProbeConnectOptions {
   std::string tokenizer_path;  // "" = the server's /tokenize
   TokenizeFlavor flavor = TokenizeFlavor::Auto;
   bool tokens = true;  // false: no token source (token-id prompts with ids in replies)
+  // a phasescope server answers echo with prompt log-probs exactly: use it for the answer's
+  // log-probability (exact even outside the top-k) when the server is one
+  bool echo_on_phasescope = false;
 };
 
 struct ProbeConnection {
+  ServedModel model;  // the model every request names (id), with what /v1/models says of it
   std::unique_ptr<HttpPool> pool;
   std::unique_ptr<TokenSource> tokens;  // null when not asked for
   std::unique_ptr<HttpBackend> backend;

@@ -526,6 +526,13 @@ std::string models_reply(const ApiModel& m) {
   ojson card{{"id", m.id},           {"object", "model"},
              {"created", m.created}, {"owned_by", "phasescope"},
              {"root", m.root},       {"max_model_len", m.max_model_len}};
+  // an extension field (clients that do not know it ignore it): the token names a text prompt may use,
+  // so a probe can write its prompts in this model's own token space (text_codec.h)
+  card["token_space"] = ojson{{"bos", "bos"},
+                              {"fillers", m.vocab.n_fillers},
+                              {"keys", m.vocab.n_keys},
+                              {"names", m.vocab.n_names},
+                              {"bytes", m.vocab.bytes ? 256 : 0}};
   return ojson{{"object", "list"}, {"data", ojson::array({card})}}.dump();
 }
 

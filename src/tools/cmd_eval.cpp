@@ -51,8 +51,6 @@ void add_eval_command(CLI::App& app) {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
     if (!a->http.base_urls.empty()) {
       // over HTTP: the design from the preset, the answers from the server (token-id prompts)
-      if (a->http.model.empty())
-        fail("eval --base-url", "--model is required", "pass --model NAME as the server lists it");
       if (a->checkpoint.empty() == a->preset.empty())
         fail("eval --base-url", "the design needs exactly one of --checkpoint (its preset) or --preset",
              "pass --preset NAME (the served model's preset)");

@@ -61,23 +61,40 @@ void add_probe_command(CLI::App& app) {
   needle->add_option("--label", n->label, "model label in the journal and results (default: --model)");
   needle->add_option("--out", n->out, "output directory (journal, results.json, CSV, report.html)")
       ->required();
-  needle->callback([n] {
+  needle->callback([n, needle] {
     // connect: endpoints, tokenizer, backend
-    if (n->http.model.empty()) fail("probe needle", "--model is required", "pass --model NAME");
-    ProbeConnection c = probe_connect(http_connect_options(n->http));
+    ProbeConnectOptions co = http_connect_options(n->http);
+    co.echo_on_phasescope = true;
+    ProbeConnection c = probe_connect(co);
     fmt::print("backend: {}\ntokens: {}\n", c.backend->describe(), c.tokens->describe());
     const int64_t ctx = c.backend->context_length();
     fmt::print("server context: {}\n", ctx > 0 ? std::to_string(ctx) + " tokens" : std::string("unknown"));
-    if (ctx > 0 && n->spec.context + 1 > ctx)
-      fail("--context " + std::to_string(n->spec.context),
-           fmt::format(
-               "prompts of {} tokens (+1 to generate) do not fit the server's context of {} tokens; nothing "
-               "was sent (prompts are never truncated)",
-               n->spec.context, ctx),
-           fmt::format("pass --context {} or less, or serve the model with a longer context", ctx - 1));
-
-    // the design, in the model's tokens (positions counted from the server's first token)
     NeedleSpec spec = n->spec;
+    const int64_t extra = c.backend->options().echo ? 2 : 1;  // one to generate (and the echoed answer)
+    if (ctx > 0 && spec.context + extra > ctx && needle->count("--context") == 0) {
+      spec.context = ctx - extra;  // the default does not fit: the longest prompt that does
+      fmt::print("context: {} tokens (the server's context less {}; --context sets it)\n", spec.context,
+                 extra == 2 ? "the echoed answer and one to generate" : "one to generate");
+    }
+    if (ctx > 0 && spec.context + extra > ctx)
+      fail("--context " + std::to_string(spec.context),
+           fmt::format("prompts of {} tokens (+{}) do not fit the server's context of {} tokens; nothing "
+                       "was sent (prompts are never truncated)",
+                       spec.context, extra == 2 ? "the echoed answer, +1 to generate" : "1 to generate", ctx),
+           fmt::format("pass --context {} or less, or serve the model with a longer context", ctx - extra));
+
+    // the design, in the model's tokens (positions counted from the server's first token); a phasescope
+    // server's own token names unless the words were given
+    const ServedTokenSpace& space = c.model.token_space;
+    if (space.present) {
+      NeedleSpec words = needle_token_space_spec(spec, space.fillers, space.keys, space.names);
+      if (needle->count("--filler")) words.filler = spec.filler;
+      if (needle->count("--separator")) words.separator = spec.separator;
+      spec = words;
+      fmt::print(
+          "words: this phasescope server's token names (keys k*, values n*, filler f0; --filler, "
+          "--separator, --keys-file, --values-file override)\n");
+    }
     spec.verify = !n->no_verify;
     if (!n->keys_file.empty()) spec.keys = io_read_lines(n->keys_file);
     if (!n->values_file.empty()) spec.values = io_read_lines(n->values_file);
@@ -88,7 +105,7 @@ void add_probe_command(CLI::App& app) {
 
     // score (or resume), then statistics and report
     NeedleRunOptions ro;
-    ro.model = n->label.empty() ? n->http.model : n->label;
+    ro.model = n->label.empty() ? c.model.id : n->label;
     ro.S = n->S;
     ro.bootstrap = n->bootstrap;
     ro.report = !n->no_report;
@@ -126,12 +143,16 @@ void add_probe_command(CLI::App& app) {
                  "start the journal in --out over (default: resume it, if it is this run's)");
   flip->callback([f] {
     // connect
-    if (f->http.model.empty()) fail("probe flip", "--model is required", "pass --model NAME");
-    ProbeConnection c = probe_connect(http_connect_options(f->http));
+    ProbeConnectOptions co = http_connect_options(f->http);
+    co.echo_on_phasescope = true;
+    ProbeConnection c = probe_connect(co);
     fmt::print("backend: {}\ntokens: {}\n", c.backend->describe(), c.tokens->describe());
 
-    // the sweep: the built-in FP8 example unless told otherwise
-    FlipSpec spec = flip_fp8_example();
+    // the sweep: the built-in FP8 example (on a phasescope server: its token-space example) unless told
+    // otherwise
+    const ServedTokenSpace& space = c.model.token_space;
+    FlipSpec spec =
+        space.present ? flip_token_space_example(space.fillers, space.keys, space.names) : flip_fp8_example();
     if (!f->template_file.empty()) spec.template_text = io_read_text(f->template_file);
     if (!f->fillers.empty()) {
       spec.families.clear();
@@ -146,7 +167,7 @@ void add_probe_command(CLI::App& app) {
 
     // score (or resume) and analyze
     FlipRunOptions ro;
-    ro.model = f->label.empty() ? f->http.model : f->label;
+    ro.model = f->label.empty() ? c.model.id : f->label;
     ro.fresh = f->fresh;
     ro.log = &std::cout;
     const FlipResult r = flip_run(*c.backend, d, ro, f->out);

@@ -34,7 +34,8 @@ inline void add_http_flags(CLI::App* cmd, HttpArgs& a, bool required_url) {
       "server base URL, e.g. http://127.0.0.1:8000 (repeat it for several servers: requests are "
       "spread over them, failing ones rested)");
   if (required_url) u->required();
-  cmd->add_option("--model", a.model, "model name sent with every request (as in the server's /v1/models)");
+  cmd->add_option("--model", a.model,
+                  "model name sent with every request (default: the server's only model in /v1/models)");
   cmd->add_option("--api-key-env", a.api_key_env,
                   "environment variable holding the API key (never written anywhere)");
   cmd->add_option("--concurrency", a.concurrency, "requests in flight at most");
