@@ -121,6 +121,20 @@ TEST(PresetConfig, HostileValuesAreRefusedWithTheirField) {
   EXPECT_NE(with("train", "lr", 1e-300).find("train.lr"), std::string::npos);
   EXPECT_NE(with("model", "head_dim", 1000000000).find("too large"), std::string::npos);
   EXPECT_NE(with("model", "n_layers", 2000).find("model.n_layers"), std::string::npos);
+  // sizes scripts/trials.sh found accepted (a 10M-token vocabulary allocated gigabytes)
+  EXPECT_NE(with("task", "n_keys", 10000000).find("task.n_keys/n_names/n_fillers"), std::string::npos);
+  EXPECT_NE(with("task", "n_fillers", 1000000).find("task.n_keys/n_names/n_fillers"), std::string::npos);
+  EXPECT_NE(with("task", "seq_len", 1000000000).find("task.seq_len"), std::string::npos);
+  EXPECT_NE(with("train", "batch", 1000000).find("train.batch"), std::string::npos);
+  {
+    nlohmann::json j = nlohmann::json::parse(preset_to_json(preset_load("w8s8-1kv")));
+    j["train"]["batch"] = 65536;
+    j["task"]["seq_len"] = 1024;
+    EXPECT_NE(
+        testutil::error_of([&] { preset_from_json(j.dump(), "presets/x.json"); }).find("16M tokens per step"),
+        std::string::npos);
+  }
+  EXPECT_NE(with("train", "eval_examples", 0).find("train.eval_examples"), std::string::npos);
   nlohmann::json j = nlohmann::json::parse(preset_to_json(preset_load("w8s8-1kv")));
   j["name"] = 5;
   EXPECT_NE(testutil::error_of([&] {

@@ -111,7 +111,11 @@ void validate(const Preset& p, const std::string& where) {
        "0 = off (the paper's decoder), 1-4 = a short causal convolution before each attention");
   need(t.task == "lookup" || t.task == "mqar" || t.task == "text" || t.task == "mix", where, "task.task",
        "unknown task '" + t.task + "'", "use lookup, mqar, text or mix");
-  need(t.seq_len >= 16, where, "task.seq_len", "must be >= 16", "e.g. 256");
+  need(t.seq_len >= 16 && t.seq_len <= (1 << 20), where, "task.seq_len", "must be in [16, 1048576]",
+       "e.g. 256");
+  need(t.n_keys >= 2 && t.n_keys <= 65536 && t.n_names >= 2 && t.n_names <= 65536 && t.n_fillers <= 65536,
+       where, "task.n_keys/n_names/n_fillers", "must be in [2, 65536] (n_fillers [1, 65536]): the vocabulary",
+       "e.g. 128 / 128 / 16");
   need(t.n_records >= 2 && t.n_records <= std::min(t.n_keys, t.n_names), where, "task.n_records",
        "must be in [2, min(n_keys, n_names)]", "lower n_records or raise n_keys / n_names");
   need(t.n_demos >= 0 && t.n_demos < t.n_records, where, "task.n_demos", "must be in [0, n_records)",
@@ -120,7 +124,10 @@ void validate(const Preset& p, const std::string& where) {
        "must be in [2, n_records] (demonstrations shrink to records - 1 while it is smaller)", "e.g. 8");
   need(t.mqar_pairs >= 1 && t.mqar_pairs <= std::min(t.n_keys, t.n_names), where, "task.mqar_pairs",
        "must be in [1, min(n_keys, n_names)]", "lower mqar_pairs");
-  need(t.mqar_queries >= 1, where, "task.mqar_queries", "must be >= 1", "e.g. 16");
+  need(t.mqar_queries >= 1 && t.mqar_queries <= (1 << 20), where, "task.mqar_queries",
+       "must be in [1, 1048576]", "e.g. 16");
+  need(r.eval_examples >= 1 && r.eval_examples <= (1 << 20), where, "train.eval_examples",
+       "must be in [1, 1048576]", "e.g. 256");
   need(t.n_fillers >= 1, where, "task.n_fillers", "must be >= 1", "e.g. 16");
   need(t.text_ratio >= 0 && t.text_ratio <= 1, where, "task.text_ratio", "must be in [0, 1]", "e.g. 0.25");
   need(t.repeat_ratio >= 0 && t.repeat_ratio <= 1, where, "task.repeat_ratio", "must be in [0, 1]",
@@ -129,7 +136,9 @@ void validate(const Preset& p, const std::string& where) {
   need((t.task != "text" && t.task != "mix") || !t.text_file.empty(), where, "task.text_file",
        "task '" + t.task + "' needs a text file", "set task.text_file (or --text FILE)");
   need(r.steps >= 0, where, "train.steps", "must be >= 0", "e.g. 1000");
-  need(r.batch >= 1, where, "train.batch", "must be >= 1", "e.g. 32");
+  need(r.batch >= 1 && r.batch <= 65536, where, "train.batch", "must be in [1, 65536]", "e.g. 32");
+  need(double(r.batch) * t.seq_len <= double(1 << 24), where, "train.batch",
+       "batch x task.seq_len is more than 16M tokens per step", "lower train.batch or task.seq_len");
   need(r.lr >= 1e-8 && r.lr <= 10, where, "train.lr", "must be in [1e-8, 10]", "e.g. 1e-3");
   need(r.min_lr_ratio >= 0 && r.min_lr_ratio <= 1, where, "train.min_lr_ratio", "must be in [0, 1]",
        "e.g. 0.1");

@@ -55,6 +55,8 @@ void send_error(httplib::Response& res, const ApiError& e) {
 // gets 503 server_busy with Retry-After at once, so the others keep being served.
 
 thread_local bool t_request_deadline_hit = false;  // this connection's request ran out of time
+thread_local bool t_close_after_reply = false;     // the request could not be read whole: close after it
+thread_local bool t_large_exchange = false;        // a body or reply over 1 MiB went through this thread
 
 // A socket stream for httplib's request parser: buffered reads that share one deadline per request,
 // writes bounded by the write timeout.
@@ -73,17 +75,14 @@ class RequestStream : public httplib::Stream {
   void start_request() {
     deadline_ = Clock::now() + std::chrono::seconds(request_s_);
     t_request_deadline_hit = false;
+    t_close_after_reply = false;
   }
 
-  bool is_readable() const override { return pos_ < len_ || wait_fd(POLLIN, read_budget_ms()) > 0; }
+  bool is_readable() const override { return pos_ < len_ || wait_readable(); }
   bool is_writable() const override { return wait_fd(POLLOUT, write_ms_) > 0; }
   ssize_t read(char* ptr, size_t size) override {
     if (pos_ == len_) {
-      const int budget = read_budget_ms();
-      if (budget <= 0 || wait_fd(POLLIN, budget) <= 0) {
-        if (Clock::now() >= deadline_) t_request_deadline_hit = true;
-        return -1;
-      }
+      if (!wait_readable()) return -1;
       const ssize_t n = ::recv(fd_, buf_, sizeof buf_, 0);
       if (n <= 0) return n;
       pos_ = 0;
@@ -103,9 +102,13 @@ class RequestStream : public httplib::Stream {
   socket_t socket() const override { return fd_; }
 
  private:
-  int read_budget_ms() const {  // the per-read timeout, cut to what is left of the request's time
+  // Wait for bytes: at most the per-read timeout, and no longer than what is left of the request's time
+  // (running out of that marks the request as timed out: 408).
+  bool wait_readable() const {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-    return int(std::min<int64_t>(read_ms_, left));
+    if (left > 0 && wait_fd(POLLIN, int(std::min<int64_t>(read_ms_, left))) > 0) return true;
+    if (left <= read_ms_) t_request_deadline_hit = true;
+    return false;
   }
   int wait_fd(short events, int ms) const {
     pollfd p = {fd_, events, 0};
@@ -198,12 +201,21 @@ class GuardedHttpServer : public httplib::Server {
         strm.start_request();
         bool closed = false;
         ret = process_request(strm, count == 1, closed, nullptr);
-        if (!ret || closed) break;
+        // after a request that could not be read whole, what follows on the connection is its rest,
+        // not a request: close rather than answer it again
+        if (!ret || closed || t_close_after_reply) break;
         --count;
       }
     }
     linger_close(sock, 2000);
-    --open;
+    // the allocator keeps freed memory for speed (core/runtime.h); after a large body or reply, once it
+    // is freed (here, not in the handler, where the reply still exists), give it back
+    // ... and when the last connection closes (the server goes idle), whatever the requests were
+    const bool idle = --open == 0;
+    if (t_large_exchange || idle) {
+      t_large_exchange = false;
+      ::malloc_trim(0);
+    }
     return ret;
   }
 
@@ -273,9 +285,8 @@ struct Server::Impl {
       send_error(res,
                  ApiError(stopping ? 503 : 500, e.what(), "", stopping ? "shutting_down" : "internal_error"));
     }
-    // the allocator is tuned to keep freed memory for speed (core/runtime.h); after a large request
-    // give it back, so a burst of big bodies does not leave the server gigabytes larger
-    if (req.body.size() > (size_t(1) << 20)) ::malloc_trim(0);
+    // a large exchange: the connection gives the memory back when it ends (GuardedHttpServer)
+    if (req.body.size() > (size_t(1) << 20) || res.body.size() > (size_t(1) << 20)) t_large_exchange = true;
     if (opt.log) {
       std::lock_guard<std::mutex> lk(log_mu);
       // httplib fills in 200 after the handler returns
@@ -331,6 +342,7 @@ struct Server::Impl {
       if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
       send_error(r, *refusal);
       r.set_header("Connection", "close");
+      t_close_after_reply = true;
       return httplib::Server::HandlerResponse::Handled;
     });
     http.Post("/v1/completions",
@@ -367,6 +379,8 @@ struct Server::Impl {
                                                                    httplib::Response& r) {
       if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       if (r.status == 413) {
+        t_close_after_reply = true;
+        r.set_header("Connection", "close");
         send_error(r, ApiError(413,
                                fmt::format("the request body is larger than {} bytes; send a shorter prompt "
                                            "(token ids: at most max_model_len of them)",
@@ -376,6 +390,8 @@ struct Server::Impl {
       }
       if (r.status == 408 || r.status == 400) {
         if (t_request_deadline_hit) r.status = 408;  // a read failed because the request's time ran out
+        t_close_after_reply = true;
+        r.set_header("Connection", "close");
         send_error(r, ApiError(r.status,
                                r.status == 408
                                    ? "the request did not arrive whole in time (serve --timeout-s); send "
@@ -407,6 +423,9 @@ Server::Server(const ServeOptions& opt) : impl_(new Impl) {
     fail("serve", fmt::format("--timeout-s {} is not positive", opt.timeout_s), "use 1 or more");
   // a client that hangs up mid-reply must not kill the server (httplib writes without MSG_NOSIGNAL)
   ::signal(SIGPIPE, SIG_IGN);
+  // one connection thread each: glibc would give them up to 8 x cores malloc arenas, each keeping its
+  // freed memory; two arenas bound what a storm of concurrent requests leaves behind
+  ::mallopt(M_ARENA_MAX, 2);
 
   // the model and what requests see of it
   EngineOptions eo;
