@@ -136,7 +136,7 @@ def trial_train_kills(work, n):
         for k in range(rng.randint(1, 3)):  # up to three kills, each at a random moment
             if killed_run([BIN, "train", "--preset", preset, "--out", d], rng.uniform(0.3, t_ref)):
                 c["kills"] += 1
-                if any(".tmp." in f for f in os.listdir(d) if os.path.isdir(d)):
+                if os.path.isdir(d) and any(".tmp." in f for f in os.listdir(d)):
                     c["kills_during_save"] += 1
         rc, out, err = run([BIN, "train", "--preset", preset, "--out", d], 600)
         if rc is None:

@@ -121,6 +121,7 @@ TEST(PresetConfig, HostileValuesAreRefusedWithTheirField) {
   EXPECT_NE(with("train", "lr", 1e-300).find("train.lr"), std::string::npos);
   EXPECT_NE(with("model", "head_dim", 1000000000).find("too large"), std::string::npos);
   EXPECT_NE(with("model", "n_layers", 2000).find("model.n_layers"), std::string::npos);
+  EXPECT_NE(with("model", "n_layers", 1000000000).find("model.n_layers"), std::string::npos);  // at once
   // sizes scripts/trials.sh found accepted (a 10M-token vocabulary allocated gigabytes)
   EXPECT_NE(with("task", "n_keys", 10000000).find("task.n_keys/n_names/n_fillers"), std::string::npos);
   EXPECT_NE(with("task", "n_fillers", 1000000).find("task.n_keys/n_names/n_fillers"), std::string::npos);

@@ -230,6 +230,9 @@ Preset preset_from_json(const std::string& text, const std::string& where) {
   if (!overrides.is_array() || overrides.empty())
     fail(where + " field 'layers'", "expected a non-empty list of objects",
          "e.g. [{\"kind\": \"window\"}, {}]");
+  // bounded before one attention config per layer is built (a billion layers took minutes to refuse)
+  need(p.model.n_layers >= 1 && p.model.n_layers <= 256, where, "model.n_layers", "must be in [1, 256]",
+       "e.g. 2");
   p.model.layers.clear();
   for (int l = 0; l < p.model.n_layers; ++l) {
     json merged = base;
