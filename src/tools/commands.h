@@ -17,6 +17,7 @@ void add_theory_command(CLI::App& app);     // idealized retrieval model, gradie
 void add_train_command(CLI::App& app);      // train a preset; list presets (cmd_train.cpp)
 void add_eval_command(CLI::App& app);       // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)
 void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)
+void add_study_command(CLI::App& app);      // the paper's grid across seeds, findings judged (cmd_study.cpp)
 void add_explain_command(CLI::App& app);    // knockouts, gate profiles, gate cycling (cmd_explain.cpp)
 void add_tokenize_command(CLI::App& app);   // text -> token ids with a tokenizer.json (cmd_tokenize.cpp)
 void add_serve_command(CLI::App& app);      // OpenAI-compatible HTTP server over a checkpoint (cmd_serve.cpp)

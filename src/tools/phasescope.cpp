@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   phasescope::add_eval_command(app);
   phasescope::add_explain_command(app);
   phasescope::add_reproduce_command(app);
+  phasescope::add_study_command(app);
   phasescope::add_theory_command(app);
   phasescope::add_tokenize_command(app);
   phasescope::add_serve_command(app);

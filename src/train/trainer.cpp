@@ -187,6 +187,32 @@ double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_
   return total ? double(correct) / double(total) : 0.0;
 }
 
+double heldout_loss(DecoderImpl& model, const Preset& preset, int n, uint64_t seed) {
+  torch::NoGradGuard g;
+  TaskConfig task = preset.task;
+  if (task.task == "mix" || task.task == "text") task.task = "lookup";
+  const Vocab v = task_vocab(task);
+  std::mt19937_64 rng(seed);
+  double sum = 0;
+  int64_t count = 0;
+  const int chunk = 32;
+  for (int start = 0; start < n; start += chunk) {
+    std::vector<Example> ex;
+    for (int i = start; i < std::min(n, start + chunk); ++i)
+      ex.push_back(task.task == "mqar" ? mqar_example(task, v, rng)
+                                       : lookup_train_example(task, v, task.n_records, rng));
+    Batch b = make_batch(ex);
+    const torch::Tensor logits = model.forward(b.tokens);  // [B, T, V]
+    const torch::Tensor flat_t = b.targets.reshape({-1});
+    const torch::Tensor ce = torch::nn::functional::cross_entropy(
+        logits.reshape({flat_t.size(0), -1}).to(torch::kFloat64), flat_t,
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1).reduction(torch::kSum));
+    sum += ce.item<double>();
+    count += (flat_t >= 0).sum().item<int64_t>();
+  }
+  return count ? sum / double(count) : std::nan("");
+}
+
 TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   auto log = opt.log ? opt.log : [](const std::string& s) {
     fmt::print("{}\n", s);

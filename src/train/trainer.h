@@ -58,6 +58,11 @@ void train_write_init(const Preset& preset, const std::string& out_dir);
 // task (lookup: the final answer only), drawn from seed `seed`. Used by the periodic evaluation.
 double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_t seed);
 
+// Mean cross-entropy (nats per scored token) of `n` held-out rows of the preset's task at full size
+// (lookup / mqar; text and mix use lookup), every position with a target, drawn from `seed`: the
+// validation loss of a run.
+double heldout_loss(DecoderImpl& model, const Preset& preset, int n, uint64_t seed);
+
 // The learning rate at `step` (0-based) under warmup + cosine.
 double lr_at(const TrainConfig& t, int64_t step);
 

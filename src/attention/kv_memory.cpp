@@ -1,0 +1,63 @@
+// kv_memory.cpp — see kv_memory.h.
+#include "attention/kv_memory.h"
+
+#include <algorithm>
+
+namespace phasescope {
+
+KvMemory attn_kv_memory(const AttnConfig& c, int64_t T) {
+  KvMemory m;
+  if (T <= 0) return m;
+  const int64_t D = c.head_dim, hkv = attn_is_ds(c) ? 1 : c.n_kv_heads;
+  const int64_t w = std::min<int64_t>(T, c.window);
+  switch (c.kind) {
+    case AttnKind::Full:
+      m.raw_tokens = T;
+      m.raw_values = T * hkv * D * 2;
+      break;
+    case AttnKind::Window:
+      m.raw_tokens = w;
+      m.raw_values = w * hkv * D * 2;
+      break;
+    case AttnKind::Chunked: {
+      m.entries = T >= c.W ? (T - c.W) / c.S + 1 : 0;
+      m.entry_values = m.entries * hkv * D * (c.tied_kv ? 1 : 2);
+      // the first token no finished entry covers, and the first an unfinished entry needs
+      const int64_t covered = m.entries > 0 ? (m.entries - 1) * c.S + c.W : 0;
+      const int64_t open_from = m.entries * int64_t(c.S);
+      m.raw_tokens = c.uncompressed_tail ? T - covered : w;
+      m.raw_values = m.raw_tokens * hkv * D * 2;
+      m.state_values = std::max<int64_t>(0, T - open_from) * c.d_model;
+      break;
+    }
+    case AttnKind::DsCsa:
+    case AttnKind::DsHca:
+    case AttnKind::DsCsa2: {
+      const int64_t mm = c.ratio, coff = c.overlap ? 2 : 1;
+      const bool indexer = c.index_topk > 0;
+      m.entries = T / mm;
+      m.entry_values = m.entries * (D + (indexer ? c.index_dim : 0));
+      m.raw_tokens = w;
+      m.raw_values = w * D;  // one latent per token serves as K and V
+      m.state_values = 2 * coff * mm * coff * D + (indexer ? 2 * coff * mm * coff * c.index_dim : 0);
+      break;
+    }
+    case AttnKind::DsWindow:
+      m.raw_tokens = w;
+      m.raw_values = w * D;
+      break;
+  }
+  return m;
+}
+
+int64_t model_kv_bytes(const std::vector<AttnConfig>& layers, int64_t T, int bytes_per_value) {
+  int64_t values = 0;
+  for (const AttnConfig& c : layers) values += attn_kv_memory(c, T).total();
+  return values * bytes_per_value;
+}
+
+double model_kv_bytes_per_token(const std::vector<AttnConfig>& layers, int64_t T, int bytes_per_value) {
+  return T > 0 ? double(model_kv_bytes(layers, T, bytes_per_value)) / double(T) : 0.0;
+}
+
+}  // namespace phasescope

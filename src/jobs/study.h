@@ -1,0 +1,76 @@
+// study.h — `phasescope study`: the paper's grid of runs (§1.5-1.6) across seeds, each run trained,
+// evaluated under both padding protocols and explained (knockouts, gates, cycling), and the seven
+// findings (a)-(g) checked from the data by stated rules. A run is (preset, seed, overrides); its whole
+// outcome is one small JSON file, OUT/runs/<id>/row.json, written last: a run with a row is done, a
+// run without one resumes where it stopped (checkpoint, journals). --shard K/N takes every N-th run
+// (the K-th of each N), so N machines (or sittings) split a grid; every invocation then aggregates
+// whatever rows exist into OUT/study.json, OUT/runs.csv, OUT/phases.csv and OUT/report.html, and says
+// which runs are still missing (findings that need them are "inconclusive" until they are in).
+// Phase convention: r = target_pos % S (target_pos = absolute position of the target record's key);
+// the boundary phase of a W = S design is S - 1 (the key in an entry's last slot, its name in the next).
+// Not here: training (train/), evaluation (eval/), the instruments (explain/); this file sequences them
+// and judges the findings.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace phasescope {
+
+struct StudyRun {
+  std::string preset;              // preset name (presets/<name>.json)
+  uint64_t seed = 42;              // train.seed
+  std::string family;              // "baseline", "seeds", "window-stride", "kv-heads", "operator", ...
+  std::string paper;               // the paper's name of this run ("W8/S8 · 1 KV"), "" = ours only
+  std::string tag;                 // distinguishes runs of one preset and seed with other overrides
+  nlohmann::json overrides = nullptr;  // merge patch on the preset JSON (e.g. {"train": {"steps": 400}})
+  std::string id() const;          // "<preset>[-<tag>]@<seed>": the run's folder name
+};
+
+struct StudyGrid {
+  std::string name;
+  bool toy = false;  // every run shrunk to toy size (d 32, T 64, 8 records, 40 steps): minutes, not hours
+  std::vector<StudyRun> runs;
+};
+
+// "paper": every run of the paper's table mapped to a preset (baselines full attention 1/4/8 KV plus a
+// harder full-attention setting off the ceiling; the reference W8/S8 · 1 KV on every seed; every other
+// compressed family on the first two seeds), plus our DeepSeek-V4 CSA/HCA and V4.1 CSA2. "quick": a
+// toy grid for tests and a first look (full, W8/S8 on two seeds, W8/S4, W4/S4, no RoPE, uniform).
+// Anything else is a grid file: {"name", "toy": bool, "runs": [{"preset", "seed", "family", "paper",
+// "tag", "overrides"}]}. seeds: the reference's seeds (default 42, 43, 44, 45; families take the first
+// two, baselines the first). Throws Error for an unknown grid, a bad file or a duplicated run id.
+StudyGrid study_grid(const std::string& name_or_file, const std::vector<uint64_t>& seeds);
+
+struct StudyOptions {
+  std::string grid = "paper";
+  std::vector<uint64_t> seeds = {42, 43, 44, 45};
+  int shard_k = 1, shard_n = 1;  // this invocation runs the runs i with i % shard_n == shard_k - 1
+  std::string out;               // "" = runs/study-<grid name>
+  bool fresh = false;            // redo every run of this shard from scratch (rows, checkpoints, journals)
+  bool run = true;               // false: only aggregate the rows that exist (--report-only)
+  bool report = true;            // PNG plots and report.html (needs gnuplot)
+  int64_t samples = 0;           // evaluation prompts per protocol (0: 1152 = 48 per residue, R = 24)
+  std::string command;           // the command line, recorded in study.json
+  std::ostream* log = nullptr;
+};
+
+struct StudyResult {
+  nlohmann::json study;              // what study.json holds
+  std::vector<std::string> missing;  // run ids without a row
+  std::string out;
+};
+
+// Run this shard's runs that have no row yet, then aggregate every row under out/runs/.
+StudyResult study_run(const StudyOptions& opt);
+
+// The findings (a)-(g) from rows (row.json objects), each {"id", "claim", "rule", "verdict",
+// "figures"}; verdict "holds" | "does not hold" | "inconclusive". Pure: tests feed rows directly.
+nlohmann::json study_findings(const std::vector<nlohmann::json>& rows);
+
+// The findings as a plain-text table (id, verdict, the figures in one line).
+std::string study_format_findings(const nlohmann::json& findings);
+
+}  // namespace phasescope

@@ -1,0 +1,56 @@
+// cmd_study.cpp — `phasescope study [--grid paper|quick|FILE.json] [--seeds 42,43,44,45] [--shard K/N]
+// [--out DIR]`: the paper's grid across seeds, resumable and shardable, with the findings judged by code.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "core/check.h"
+#include "core/runtime.h"
+#include "jobs/study.h"
+#include "tools/commands.h"
+
+namespace phasescope {
+
+void add_study_command(CLI::App& app) {
+  auto opt = std::make_shared<StudyOptions>();
+  auto shard = std::make_shared<std::string>("1/1");
+  auto report_only = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand(
+      "study", "the paper's grid of runs across seeds (train, evaluate, explain each), findings (a)-(g) judged "
+               "from the data; resumable and shardable");
+  cmd->add_option("--grid", opt->grid, "paper | quick (toy size, minutes) | a grid file (JSON)")
+      ->capture_default_str();
+  cmd->add_option("--seeds", opt->seeds,
+                  "seeds of the reference W8/S8 · 1 KV (other compressed families take the first two, baselines "
+                  "the first)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--shard", *shard,
+                  "K/N: run the runs i with i % N == K - 1 (N machines or sittings split the grid); every shard "
+                  "aggregates the rows that exist")
+      ->capture_default_str();
+  cmd->add_option("--out", opt->out, "output directory (runs/<id>/, study.json, runs.csv, report.html); default "
+                                     "runs/study-<grid>");
+  cmd->add_option("--samples", opt->samples, "evaluation prompts per run and protocol (default 1152: 48 per residue)");
+  cmd->add_flag("--fresh", opt->fresh, "redo this shard's runs from scratch (default: resume; a run with a row is done)");
+  cmd->add_flag("--report-only", *report_only, "run nothing: aggregate the rows that exist");
+  cmd->add_flag("!--no-report", opt->report, "skip the plots and report.html");
+  cmd->callback([opt, shard, report_only, cmd] {
+    const size_t slash = shard->find('/');
+    try {
+      if (slash == std::string::npos) throw std::invalid_argument("no slash");
+      opt->shard_k = std::stoi(shard->substr(0, slash));
+      opt->shard_n = std::stoi(shard->substr(slash + 1));
+    } catch (const std::exception&) {
+      fail("--shard " + *shard, "is not K/N", "pass --shard 1/2 (the first of two shards)");
+    }
+    opt->run = !*report_only;
+    opt->command = "phasescope study --grid " + opt->grid + " --shard " + *shard;
+    opt->log = &std::cout;
+    fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
+    const StudyResult r = study_run(*opt);
+    fmt::print("wrote {}/study.json, runs.csv, phases.csv{}\n", r.out, opt->report ? ", report.html" : "");
+  });
+}
+
+}  // namespace phasescope

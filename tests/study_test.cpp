@@ -1,0 +1,162 @@
+// study_test.cpp — `phasescope study`: the quick grid end to end at toy size (every run trained,
+// evaluated under both protocols and explained; study.json with one row per run and protocol and the
+// seven findings), sharding (two shards give the rows one invocation gives, and each aggregates the
+// union), resume (a run with a row is not redone), the paper grid's inventory (every preset exists, the
+// reference on four seeds, every compressed family on two), the findings' rules on synthetic rows,
+// and the KV-memory accounting every row reports.
+#include "jobs/study.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "attention/kv_memory.h"
+#include "core/io.h"
+#include "model/config.h"
+#include "testing.h"
+
+namespace phasescope {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+TEST(StudyGrid, PaperGridCoversThePapersRunsWithEnoughSeeds) {
+  const StudyGrid g = study_grid("paper", {42, 43, 44, 45});
+  std::map<std::string, std::set<uint64_t>> seeds;
+  for (const StudyRun& r : g.runs) {
+    EXPECT_NO_THROW(preset_load(r.preset)) << r.preset;
+    if (r.tag.empty()) seeds[r.preset].insert(r.seed);
+  }
+  EXPECT_EQ(seeds["w8s8-1kv"], (std::set<uint64_t>{42, 43, 44, 45}));
+  for (const auto& [preset, s] : seeds)
+    if (preset.rfind("full-", 0) != 0) EXPECT_GE(s.size(), 2u) << preset;
+  // the paper's 23 compressed runs (counting its four reference seeds) map to presets, plus our three
+  // DeepSeek kinds, three full-attention baselines and one full-attention run off the ceiling
+  std::set<std::string> paper_names;
+  for (const StudyRun& r : g.runs)
+    if (!r.paper.empty()) paper_names.insert(r.paper);
+  EXPECT_EQ(paper_names.size(), 24u);  // 3 baselines + 21 compressed designs (the reference once)
+  EXPECT_THROW(study_grid("no-such-grid", {42}), Error);
+}
+
+TEST(StudyFindings, RulesOnSyntheticRows) {
+  auto prot = [](double mean, double gap, double gap_lo, double q95, int period, int weakest,
+                 std::vector<double> folded) {
+    return json{{"n", 1152},   {"mean", mean},      {"mean_ci", {mean - 0.05, mean + 0.05}},
+                {"worst", 0.1}, {"best", 0.1 + gap}, {"gap", gap},
+                {"gap_ci", {gap_lo, gap + 0.1}},     {"gap_null_q95", q95},
+                {"period", period}, {"p_value", 1e-9}, {"folded", folded},
+                {"weakest_phase", weakest}};
+  };
+  auto row = [&](const std::string& preset, uint64_t seed, const std::string& kind, int S, json p) {
+    return json{{"id", preset + "@" + std::to_string(seed)}, {"preset", preset}, {"seed", seed}, {"tag", ""},
+                {"kind", kind}, {"S", S}, {"protocols", {{"prefix", p}}}};
+  };
+  const std::vector<double> boundary_weak = {0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.05};
+  std::vector<json> rows = {
+      row("full-1kv", 42, "full", 0, prot(0.5, 0.05, 0.0, 0.2, 0, 0, {})),
+      row("w8s8-1kv", 42, "chunked", 8, prot(0.5, 0.6, 0.45, 0.2, 8, 7, boundary_weak)),
+      row("w8s8-1kv", 43, "chunked", 8, prot(0.5, 0.6, 0.45, 0.2, 8, 7, boundary_weak)),
+      row("w8s4-1kv", 42, "chunked", 4, prot(0.6, 0.3, 0.2, 0.15, 4, 3, {})),
+      row("w8s4-1kv", 43, "chunked", 4, prot(0.6, 0.3, 0.2, 0.15, 4, 3, {})),
+      row("no-rope", 42, "chunked", 8, prot(0.3, 0.5, 0.4, 0.2, 8, 7, {})),
+      row("uniform", 42, "chunked", 8, prot(0.2, 0.1, 0.02, 0.2, 0, 7, {})),
+  };
+  std::map<std::string, std::string> v;
+  for (const json& f : study_findings(rows)) v[f["id"]] = f["verdict"];
+  EXPECT_EQ(v["a"], "holds");           // full attention off the ceiling and flat
+  EXPECT_EQ(v["b"], "holds");           // both seeds: large gap beyond noise, phase 7 weakest
+  EXPECT_EQ(v["c"], "holds");           // W8/S4's gap smaller in both seeds
+  EXPECT_EQ(v["d"], "inconclusive");    // S = 6 and 12 missing
+  EXPECT_EQ(v["e"], "inconclusive");    // no knockouts in these rows
+  EXPECT_EQ(v["g"], "inconclusive");    // no-rope persists, uniform does not
+  // the same rows with W8/S8's weak spot away from the boundary: (b) does not hold
+  rows[1]["protocols"]["prefix"]["weakest_phase"] = 4;
+  rows[2]["protocols"]["prefix"]["weakest_phase"] = 5;
+  for (const json& f : study_findings(rows))
+    if (f["id"] == "b") EXPECT_EQ(f["verdict"], "does not hold") << f.dump();
+  // full attention at its ceiling says nothing about flatness
+  rows[0]["protocols"]["prefix"]["mean"] = 1.0;
+  for (const json& f : study_findings(rows))
+    if (f["id"] == "a") EXPECT_EQ(f["verdict"], "inconclusive") << f.dump();
+}
+
+TEST(KvMemory, CountsFollowTheDesign) {
+  AttnConfig full = attn_config_default(AttnKind::Full);
+  full.n_kv_heads = 2;
+  full.head_dim = 16;
+  EXPECT_EQ(attn_kv_memory(full, 1000).total(), 1000 * 2 * 16 * 2);
+  AttnConfig c = attn_config_default(AttnKind::Chunked);  // W8/S8, window 16
+  c.W = 8, c.S = 8, c.window = 16, c.n_kv_heads = 1, c.head_dim = 32, c.d_model = 64;
+  // T = 8192: 1024 entries of K and V, 16 raw tokens, no open block
+  KvMemory m = attn_kv_memory(c, 8192);
+  EXPECT_EQ(m.entries, 1024);
+  EXPECT_EQ(m.entry_values, 1024 * 32 * 2);
+  EXPECT_EQ(m.raw_values, 16 * 32 * 2);
+  EXPECT_EQ(m.state_values, 0);
+  // T = 8195: 3 tokens of the open entry wait as hidden states
+  EXPECT_EQ(attn_kv_memory(c, 8195).state_values, 3 * 64);
+  EXPECT_EQ(attn_kv_memory(c, 7).entries, 0);
+  c.tied_kv = true;
+  EXPECT_EQ(attn_kv_memory(c, 8192).entry_values, 1024 * 32);
+  // at long context the compressed cache per token tends to 1/S of full attention's
+  AttnConfig f1 = full;
+  f1.n_kv_heads = 1, f1.head_dim = 32;
+  c.tied_kv = false;
+  const double ratio = model_kv_bytes_per_token({c}, 1 << 20, 2) / model_kv_bytes_per_token({f1}, 1 << 20, 2);
+  EXPECT_NEAR(ratio, 1.0 / 8, 1e-3);
+  AttnConfig hca = attn_config_default(AttnKind::DsHca);
+  hca.ratio = 128, hca.head_dim = 64, hca.window = 16, hca.overlap = false, hca.index_topk = 0;
+  EXPECT_EQ(attn_kv_memory(hca, 1280).entries, 10);
+  EXPECT_EQ(attn_kv_memory(hca, 1280).entry_values, 10 * 64);
+}
+
+// the quick grid at toy size, split in two shards, then resumed
+TEST(Study, QuickGridInShardsThenResumed) {
+  const std::string out = testutil::tmp_dir("study_quick");
+  StudyOptions o;
+  o.grid = "quick";
+  o.out = out;
+  o.report = true;
+  o.shard_k = 1, o.shard_n = 2;
+  StudyResult a = study_run(o);
+  EXPECT_FALSE(a.missing.empty());  // the other shard's runs
+  o.shard_k = 2;
+  StudyResult b = study_run(o);
+  EXPECT_TRUE(b.missing.empty());
+  const json& s = b.study;
+  const StudyGrid g = study_grid("quick", o.seeds);
+  ASSERT_EQ(s["runs"].size(), 2 * g.runs.size());  // one row per run and protocol
+  for (const json& r : s["runs"]) {
+    for (const char* k : {"preset", "seed", "protocol", "n", "mean", "worst", "best", "gap", "period", "val_loss",
+                          "kv_bytes_per_token"})
+      EXPECT_TRUE(r.contains(k)) << k;
+    for (const char* k : {"mean", "worst", "best", "gap"}) {
+      EXPECT_GE(r[k].get<double>(), 0.0);
+      EXPECT_LE(r[k].get<double>(), 1.0);
+    }
+    EXPECT_GT(r["val_loss"].get<double>(), 0.0);
+    EXPECT_GT(r["kv_bytes_per_token"].get<double>(), 0.0);
+  }
+  ASSERT_EQ(s["findings"].size(), 7u);
+  for (const json& f : s["findings"]) {
+    const std::string verdict = f["verdict"];
+    EXPECT_TRUE(verdict == "holds" || verdict == "does not hold" || verdict == "inconclusive") << verdict;
+    EXPECT_FALSE(f["rule"].get<std::string>().empty());
+  }
+  EXPECT_TRUE(fs::exists(out + "/report.html"));
+  EXPECT_TRUE(fs::exists(out + "/runs.csv"));
+  // resumed: every run has its row, nothing is trained or scored again
+  const std::string row = io_read_text(out + "/runs/w8s8-1kv@42/row.json");
+  o.shard_k = 1, o.shard_n = 1;
+  StudyResult c = study_run(o);
+  EXPECT_TRUE(c.missing.empty());
+  EXPECT_EQ(io_read_text(out + "/runs/w8s8-1kv@42/row.json"), row);
+  EXPECT_EQ(c.study["runs"], s["runs"]);
+}
+
+}  // namespace
+}  // namespace phasescope
