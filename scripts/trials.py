@@ -116,6 +116,23 @@ def killed_run(args, kill_after):
         return True
 
 
+def killed_during_save(args, d, limit):
+    """start, SIGKILL the moment a checkpoint's temp file appears in d (a save in progress)"""
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    t0 = time.time()
+    while p.poll() is None and time.time() - t0 < limit:
+        if os.path.isdir(d) and any(".tmp." in f for f in os.listdir(d)):
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            return True
+        time.sleep(0.0002)
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+        return True
+    return False
+
+
 # ---------------------------------------------------------------- kill -9 trials
 
 def trial_train_kills(work, n):
@@ -133,8 +150,12 @@ def trial_train_kills(work, n):
     for i in range(n):
         d = os.path.join(work, f"train-{i}")
         c["trials"] += 1
-        for k in range(rng.randint(1, 3)):  # up to three kills, each at a random moment
-            if killed_run([BIN, "train", "--preset", preset, "--out", d], rng.uniform(0.3, t_ref)):
+        for k in range(rng.randint(1, 3)):  # up to three kills: at a random moment, or inside a save
+            argv = [BIN, "train", "--preset", preset, "--out", d]
+            if i % 2 == 1 and killed_during_save(argv, d, t_ref * 2):
+                c["kills"] += 1
+                c["kills_during_save"] += 1
+            elif i % 2 == 0 and killed_run(argv, rng.uniform(0.3, t_ref)):
                 c["kills"] += 1
                 if os.path.isdir(d) and any(".tmp." in f for f in os.listdir(d)):
                     c["kills_during_save"] += 1

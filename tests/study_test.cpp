@@ -45,15 +45,27 @@ TEST(StudyGrid, PaperGridCoversThePapersRunsWithEnoughSeeds) {
 TEST(StudyFindings, RulesOnSyntheticRows) {
   auto prot = [](double mean, double gap, double gap_lo, double q95, int period, int weakest,
                  std::vector<double> folded) {
-    return json{{"n", 1152},   {"mean", mean},      {"mean_ci", {mean - 0.05, mean + 0.05}},
-                {"worst", 0.1}, {"best", 0.1 + gap}, {"gap", gap},
-                {"gap_ci", {gap_lo, gap + 0.1}},     {"gap_null_q95", q95},
-                {"period", period}, {"p_value", 1e-9}, {"folded", folded},
+    return json{{"n", 1152},
+                {"mean", mean},
+                {"mean_ci", {mean - 0.05, mean + 0.05}},
+                {"worst", 0.1},
+                {"best", 0.1 + gap},
+                {"gap", gap},
+                {"gap_ci", {gap_lo, gap + 0.1}},
+                {"gap_null_q95", q95},
+                {"period", period},
+                {"p_value", 1e-9},
+                {"folded", folded},
                 {"weakest_phase", weakest}};
   };
   auto row = [&](const std::string& preset, uint64_t seed, const std::string& kind, int S, json p) {
-    return json{{"id", preset + "@" + std::to_string(seed)}, {"preset", preset}, {"seed", seed}, {"tag", ""},
-                {"kind", kind}, {"S", S}, {"protocols", {{"prefix", p}}}};
+    return json{{"id", preset + "@" + std::to_string(seed)},
+                {"preset", preset},
+                {"seed", seed},
+                {"tag", ""},
+                {"kind", kind},
+                {"S", S},
+                {"protocols", {{"prefix", p}}}};
   };
   const std::vector<double> boundary_weak = {0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.05};
   std::vector<json> rows = {
@@ -67,12 +79,12 @@ TEST(StudyFindings, RulesOnSyntheticRows) {
   };
   std::map<std::string, std::string> v;
   for (const json& f : study_findings(rows)) v[f["id"]] = f["verdict"];
-  EXPECT_EQ(v["a"], "holds");           // full attention off the ceiling and flat
-  EXPECT_EQ(v["b"], "holds");           // both seeds: large gap beyond noise, phase 7 weakest
-  EXPECT_EQ(v["c"], "holds");           // W8/S4's gap smaller in both seeds
-  EXPECT_EQ(v["d"], "inconclusive");    // S = 6 and 12 missing
-  EXPECT_EQ(v["e"], "inconclusive");    // no knockouts in these rows
-  EXPECT_EQ(v["g"], "inconclusive");    // no-rope persists, uniform does not
+  EXPECT_EQ(v["a"], "holds");         // full attention off the ceiling and flat
+  EXPECT_EQ(v["b"], "holds");         // both seeds: large gap beyond noise, phase 7 weakest
+  EXPECT_EQ(v["c"], "holds");         // W8/S4's gap smaller in both seeds
+  EXPECT_EQ(v["d"], "inconclusive");  // S = 6 and 12 missing
+  EXPECT_EQ(v["e"], "inconclusive");  // no knockouts in these rows
+  EXPECT_EQ(v["g"], "inconclusive");  // no-rope persists, uniform does not
   // the same rows with W8/S8's weak spot away from the boundary: (b) does not hold
   rows[1]["protocols"]["prefix"]["weakest_phase"] = 4;
   rows[2]["protocols"]["prefix"]["weakest_phase"] = 5;
@@ -131,8 +143,8 @@ TEST(Study, QuickGridInShardsThenResumed) {
   const StudyGrid g = study_grid("quick", o.seeds);
   ASSERT_EQ(s["runs"].size(), 2 * g.runs.size());  // one row per run and protocol
   for (const json& r : s["runs"]) {
-    for (const char* k : {"preset", "seed", "protocol", "n", "mean", "worst", "best", "gap", "period", "val_loss",
-                          "kv_bytes_per_token"})
+    for (const char* k : {"preset", "seed", "protocol", "n", "mean", "worst", "best", "gap", "period",
+                          "val_loss", "kv_bytes_per_token"})
       EXPECT_TRUE(r.contains(k)) << k;
     for (const char* k : {"mean", "worst", "best", "gap"}) {
       EXPECT_GE(r[k].get<double>(), 0.0);

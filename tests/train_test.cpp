@@ -4,6 +4,7 @@
 // a clear error; a NaN loss stops the run and keeps the last good checkpoint.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
@@ -510,17 +511,26 @@ TEST(TrainingOutcome, ResumeKeepsMetricsUniqueAndRemovesTornSaves) {
   train_run(p, o);
   {
     std::ofstream m(dir + "/metrics.jsonl", std::ios::app);
-    m << "{\"step\":3,\"loss\":9.9}\n";  // logged, never saved
-    std::ofstream(dir + "/.checkpoint.safetensors.tmp.99999") << "torn";
+    m << "{\"step\":3,\"loss\":9.9}\n";                                       // logged, never saved
+    std::ofstream(dir + "/.checkpoint.safetensors.tmp.999999999") << "torn";  // no such pid: a dead writer
   }
   o.stop_after = -1;
   train_run(p, o);
-  EXPECT_FALSE(fs::exists(dir + "/.checkpoint.safetensors.tmp.99999"));
+  EXPECT_FALSE(fs::exists(dir + "/.checkpoint.safetensors.tmp.999999999"));
   std::map<int64_t, int> rows;
   for (const std::string& line : io_read_lines(dir + "/metrics.jsonl"))
     rows[nlohmann::json::parse(line).value("step", int64_t(-1))]++;
   EXPECT_EQ(rows.size(), 6u);
   for (const auto& [step, n] : rows) EXPECT_EQ(n, 1) << "step " << step;
+  // a config.json write killed before any checkpoint existed (scripts/trials.sh found it left behind):
+  // the next run removes it; a temp file of a live writer (this process) is left alone
+  const std::string fresh = tmp_dir("metrics_fresh");
+  std::ofstream(fresh + "/.config.json.tmp.999999999") << "torn";
+  const std::string live = fresh + "/.other.json.tmp." + std::to_string(::getpid());
+  std::ofstream(live) << "being written";
+  train_run(p, quiet(fresh));
+  EXPECT_FALSE(fs::exists(fresh + "/.config.json.tmp.999999999"));
+  EXPECT_TRUE(fs::exists(live));
 }
 
 // Ctrl-C during training: the step in progress finishes, a checkpoint is saved, the rerun resumes

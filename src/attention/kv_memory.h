@@ -25,11 +25,11 @@
 namespace phasescope {
 
 struct KvMemory {
-  int64_t entries = 0;        // finished compressed entries (0 for full / window)
-  int64_t entry_values = 0;   // their keys and values (and indexer keys)
-  int64_t raw_tokens = 0;     // exact tokens kept (full: all; window/tail: the last few)
-  int64_t raw_values = 0;     // their K and V
-  int64_t state_values = 0;   // what unfinished entries still need (hidden states or compressor buffers)
+  int64_t entries = 0;       // finished compressed entries (0 for full / window)
+  int64_t entry_values = 0;  // their keys and values (and indexer keys)
+  int64_t raw_tokens = 0;    // exact tokens kept (full: all; window/tail: the last few)
+  int64_t raw_values = 0;    // their K and V
+  int64_t state_values = 0;  // what unfinished entries still need (hidden states or compressor buffers)
   int64_t total() const { return entry_values + raw_values + state_values; }
 };
 

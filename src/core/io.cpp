@@ -2,6 +2,7 @@
 #include "core/io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -110,6 +111,23 @@ void io_make_dirs(const std::string& dir) {
     fail(dir, "exists and is not a folder", "pass a folder path (or remove the file)");
   fs::create_directories(dir, ec);
   if (ec) fail(dir, "cannot create the folder: " + ec.message(), "check the path and its permissions");
+}
+
+int io_remove_stale_temps(const std::string& dir) {
+  namespace fs = std::filesystem;
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (name.empty() || name[0] != '.' || at == std::string::npos || at + 5 >= name.size()) continue;
+    const std::string pid_text = name.substr(at + 5);
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
+    const pid_t pid = pid_t(std::stol(pid_text));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may be alive
+    if (fs::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace phasescope

@@ -30,4 +30,8 @@ void io_write_all(int fd, const char* data, size_t n, const std::string& path);
 
 void io_make_dirs(const std::string& dir);
 
+// Remove the temp files io_write_atomic* left in dir (".<name>.tmp.<pid>") when the process that wrote
+// them is gone (killed mid-write); another live process's are left alone. Returns how many were removed.
+int io_remove_stale_temps(const std::string& dir);
+
 }  // namespace phasescope

@@ -32,7 +32,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int kR = 24;                // residues: a common multiple of every stride in the grid
+constexpr int kR = 24;                  // residues: a common multiple of every stride in the grid
 constexpr int64_t kKvContext = 131072;  // KV bytes per token are given at 128K tokens, bf16 (2 bytes)
 constexpr int kKvBytes = 2;
 
@@ -44,10 +44,10 @@ struct PaperRun {
 };
 const std::vector<PaperRun>& paper_runs() {
   static const std::vector<PaperRun> r = {
-      {"full-1kv", 42, 2.466, 18.8, 17.2, 3.1},   {"full-8kv", 42, 2.437, 61.1, 58.4, 4.3},
-      {"w8s8-1kv", 42, 2.478, 50.6, 5.7, 75.3},   {"w8s8-8kv", 42, 2.431, 59.4, 9.9, 71.1},
-      {"w8s4-1kv", 42, 2.467, 66.9, 46.2, 39.8},  {"w12s12-1kv", 42, 2.487, 33.0, 5.0, 63.2},
-      {"no-rope", 42, 2.504, 29.4, 5.0, 40.9},    {"uniform", 42, 2.497, 12.5, 4.7, 19.2},
+      {"full-1kv", 42, 2.466, 18.8, 17.2, 3.1},  {"full-8kv", 42, 2.437, 61.1, 58.4, 4.3},
+      {"w8s8-1kv", 42, 2.478, 50.6, 5.7, 75.3},  {"w8s8-8kv", 42, 2.431, 59.4, 9.9, 71.1},
+      {"w8s4-1kv", 42, 2.467, 66.9, 46.2, 39.8}, {"w12s12-1kv", 42, 2.487, 33.0, 5.0, 63.2},
+      {"no-rope", 42, 2.504, 29.4, 5.0, 40.9},   {"uniform", 42, 2.497, 12.5, 4.7, 19.2},
   };
   return r;
 }
@@ -111,7 +111,8 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
     add("uniform", {seeds[0]}, "operator", "uniform averaging");
   } else {
     const std::string fix =
-        "pass --grid paper, --grid quick, or a grid file {\"name\", \"toy\", \"runs\": [{\"preset\", \"seed\", "
+        "pass --grid paper, --grid quick, or a grid file {\"name\", \"toy\", \"runs\": [{\"preset\", "
+        "\"seed\", "
         "...}]}";
     if (!fs::is_regular_file(name)) fail("--grid " + name, "is neither a built-in grid nor a file", fix);
     const json j = json_parse_or_fail(io_read_text(name, fix), name, fix);
@@ -147,16 +148,17 @@ namespace {
 Preset study_preset(const StudyRun& run, bool toy) {
   json j = json::parse(preset_to_json(preset_load(run.preset)));
   if (toy) {
-    j.merge_patch({{"model", {{"d_model", 32}, {"head_dim", 8}}},
-                   {"task",
-                    {{"seq_len", 64},
-                     {"n_records", 8},
-                     {"n_demos", 4},
-                     {"min_records", 4},
-                     {"curriculum_steps", 0},
-                     {"curriculum_length", false},
-                     {"repeat_steps", 0}}},
-                   {"train", {{"steps", 40}, {"batch", 8}, {"warmup", 5}, {"eval_every", 0}, {"ckpt_every", 40}}}});
+    j.merge_patch(
+        {{"model", {{"d_model", 32}, {"head_dim", 8}}},
+         {"task",
+          {{"seq_len", 64},
+           {"n_records", 8},
+           {"n_demos", 4},
+           {"min_records", 4},
+           {"curriculum_steps", 0},
+           {"curriculum_length", false},
+           {"repeat_steps", 0}}},
+         {"train", {{"steps", 40}, {"batch", 8}, {"warmup", 5}, {"eval_every", 0}, {"ckpt_every", 40}}}});
     // DeepSeek latents are wider than toy heads need; their ratio 128 needs more than 64 tokens
     if (j.contains("attention") && j["attention"].is_object() && j["attention"].contains("ratio") &&
         j["attention"]["ratio"].get<int>() > 16)
@@ -177,25 +179,34 @@ json protocol_row(const EvalResults& r) {
   for (size_t i = 0; i < s.folded.size(); ++i) {
     folded.push_back(s.folded[i].acc);
     folded_n.push_back(s.folded[i].n);
-    if (s.folded[i].n > 0 && (weakest < 0 || s.folded[i].acc < s.folded[size_t(weakest)].acc)) weakest = int(i);
+    if (s.folded[i].n > 0 && (weakest < 0 || s.folded[i].acc < s.folded[size_t(weakest)].acc))
+      weakest = int(i);
   }
   for (const ResidueStat& x : s.per_residue) per_res.push_back(x.acc);
-  return {{"n", s.n_scored},        {"mean", s.mean},
+  return {{"n", s.n_scored},
+          {"mean", s.mean},
           {"mean_ci", interval(s.mean_ci)},
-          {"worst", s.worst},       {"worst_ci", interval(s.worst_ci)},
-          {"best", s.best},         {"gap", s.gap},
+          {"worst", s.worst},
+          {"worst_ci", interval(s.worst_ci)},
+          {"best", s.best},
+          {"gap", s.gap},
           {"gap_ci", interval(s.gap_ci)},
           {"gap_null_q95", s.gap_null_q95},
-          {"period", s.period.P},   {"p_value", s.p_value},
-          {"R", s.R},               {"S", s.S},
-          {"folded", folded},       {"folded_n", folded_n},
-          {"per_residue", per_res}, {"weakest_phase", weakest}};
+          {"period", s.period.P},
+          {"p_value", s.p_value},
+          {"R", s.R},
+          {"S", s.S},
+          {"folded", folded},
+          {"folded_n", folded_n},
+          {"per_residue", per_res},
+          {"weakest_phase", weakest}};
 }
 
 json explain_row(const ExplainResults& x) {
   json ko = json::array(), gates = json::array(), cyc = json::array();
   for (const KnockoutRow& k : x.knockouts)
-    ko.push_back({{"label", k.label}, {"layer", k.layer}, {"kv_head", k.kv_head}, {"rel", k.rel}, {"acc", k.acc.acc}});
+    ko.push_back(
+        {{"label", k.label}, {"layer", k.layer}, {"kv_head", k.kv_head}, {"rel", k.rel}, {"acc", k.acc.acc}});
   for (const GateStats& gs : x.gates)
     gates.push_back({{"layer", gs.layer},
                      {"branch", gs.branch},
@@ -206,10 +217,13 @@ json explain_row(const ExplainResults& x) {
                      {"profile", gs.profile},
                      {"W", gs.W}});
   for (const CyclingRow& c : x.cycling)
-    cyc.push_back({{"layer", c.layer}, {"delta", c.delta}, {"r2", c.r2}, {"r2_no_boundary", c.r2_no_boundary},
+    cyc.push_back({{"layer", c.layer},
+                   {"delta", c.delta},
+                   {"r2", c.r2},
+                   {"r2_no_boundary", c.r2_no_boundary},
                    {"acc", c.acc.acc}});
-  return {{"S", x.S},        {"clean", x.clean.acc}, {"knockouts", ko},
-          {"gates", gates},  {"cycling", cyc},       {"cycling_note", x.cycling_note}};
+  return {{"S", x.S},       {"clean", x.clean.acc}, {"knockouts", ko},
+          {"gates", gates}, {"cycling", cyc},       {"cycling_note", x.cycling_note}};
 }
 
 // Train, evaluate and explain one run (each stage resumes), then write its row.
@@ -224,8 +238,8 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
   const TrainResult tr = train_run(p, topt);
   if (tr.nan_stop) fail("study run " + run.id(), tr.message, "lower train.lr in its overrides and rerun");
   const LoadedModel trained = model_load(model_dir);
-  json row = {{"id", run.id()},        {"preset", run.preset},   {"seed", run.seed},
-              {"family", run.family},  {"paper", run.paper},     {"tag", run.tag},
+  json row = {{"id", run.id()},        {"preset", run.preset},       {"seed", run.seed},
+              {"family", run.family},  {"paper", run.paper},         {"tag", run.tag},
               {"steps", trained.step}, {"train_seconds", tr.seconds}};
   const AttnConfig& a0 = trained.preset.model.layers[0];
   row["kind"] = attn_kind_name(a0.kind);
@@ -290,8 +304,8 @@ bool learned(const json& row) {
 // beyond sampling noise: the gap's lower 95% bound exceeds the gap noise alone reaches (95th percentile)
 bool gap_beyond_noise(const json& p) { return p["gap_ci"][0].get<double>() > num(p, "gap_null_q95"); }
 
-json finding(const std::string& id, const std::string& claim, const std::string& rule, const std::string& verdict,
-             const json& figures) {
+json finding(const std::string& id, const std::string& claim, const std::string& rule,
+             const std::string& verdict, const json& figures) {
   return {{"id", id}, {"claim", claim}, {"rule", rule}, {"verdict", verdict}, {"figures", figures}};
 }
 
@@ -312,25 +326,35 @@ json study_findings(const std::vector<json>& rows) {
         const double mean = num(*p, "mean"), gap = num(*p, "gap"),
                      bar = std::max(0.061, num(*p, "gap_null_q95"));
         const bool off = mean >= 0.2 && mean <= 0.9;
-        std::string v = !off ? "at ceiling/floor" : gap <= bar ? "flat" : (*p)["gap_ci"][0] > bar ? "not flat" : "unclear";
+        std::string v = !off                      ? "at ceiling/floor"
+                        : gap <= bar              ? "flat"
+                        : (*p)["gap_ci"][0] > bar ? "not flat"
+                                                  : "unclear";
         if (off) {
           ++qualifying;
           flat += v == "flat";
           not_flat += v == "not flat";
         }
-        figs.push_back({{"run", r["id"]}, {"protocol", protocol}, {"mean", mean}, {"gap", gap}, {"bar", bar}, {"status", v}});
+        figs.push_back({{"run", r["id"]},
+                        {"protocol", protocol},
+                        {"mean", mean},
+                        {"gap", gap},
+                        {"bar", bar},
+                        {"status", v}});
       }
     }
-    const std::string verdict = qualifying == 0         ? "inconclusive"
-                                : not_flat > 0          ? "does not hold"
-                                : flat == qualifying    ? "holds"
-                                                        : "inconclusive";
-    out.push_back(finding(
-        "a", "full attention is flat across residues (gap within 6.1 points)",
-        "over full-attention runs and protocols with mean in [20%, 90%]: flat if gap <= max(6.1 pts, the noise-only "
-        "gap's 95th percentile), not flat if the gap's lower 95% bound exceeds that bar; holds if every such run "
-        "is flat, does not hold if any is not flat, inconclusive if none is off the ceiling or some are unclear",
-        verdict, figs));
+    const std::string verdict = qualifying == 0      ? "inconclusive"
+                                : not_flat > 0       ? "does not hold"
+                                : flat == qualifying ? "holds"
+                                                     : "inconclusive";
+    out.push_back(finding("a", "full attention is flat across residues (gap within 6.1 points)",
+                          "over full-attention runs and protocols with mean in [20%, 90%]: flat if gap <= "
+                          "max(6.1 pts, the noise-only "
+                          "gap's 95th percentile), not flat if the gap's lower 95% bound exceeds that bar; "
+                          "holds if every such run "
+                          "is flat, does not hold if any is not flat, inconclusive if none is off the "
+                          "ceiling or some are unclear",
+                          verdict, figs));
   }
 
   // the reference W8/S8 · 1 KV per seed (prefix)
@@ -351,19 +375,24 @@ json study_findings(const std::vector<json>& rows) {
       const bool is_boundary = p["weakest_phase"].get<int>() == S - 1;
       large += is_large;
       boundary += is_boundary;
-      figs.push_back({{"seed", seed}, {"gap", p["gap"]}, {"gap_ci", p["gap_ci"]}, {"weakest_phase", p["weakest_phase"]},
-                      {"boundary_phase", S - 1}, {"folded", p["folded"]}});
+      figs.push_back({{"seed", seed},
+                      {"gap", p["gap"]},
+                      {"gap_ci", p["gap_ci"]},
+                      {"weakest_phase", p["weakest_phase"]},
+                      {"boundary_phase", S - 1},
+                      {"folded", p["folded"]}});
     }
     const int n = int(ref.size());
-    const std::string verdict = n < 2                                  ? "inconclusive"
-                                : large == n && boundary == n         ? "holds"
-                                : 2 * boundary < n || 2 * large < n   ? "does not hold"
-                                                                      : "inconclusive";
-    out.push_back(finding("b", "W8/S8 · 1 KV has a large gap and its boundary phase (7) is the weakest in every seed",
-                          "per reference seed (prefix): large = gap >= 30 pts and its lower 95% bound beyond the "
-                          "noise-only 95th percentile; boundary = the weakest folded phase is S - 1. Holds if both in "
-                          "every seed (>= 2 seeds), does not hold if either is true in fewer than half of the seeds",
-                          verdict, figs));
+    const std::string verdict = n < 2                               ? "inconclusive"
+                                : large == n && boundary == n       ? "holds"
+                                : 2 * boundary < n || 2 * large < n ? "does not hold"
+                                                                    : "inconclusive";
+    out.push_back(
+        finding("b", "W8/S8 · 1 KV has a large gap and its boundary phase (7) is the weakest in every seed",
+                "per reference seed (prefix): large = gap >= 30 pts and its lower 95% bound beyond the "
+                "noise-only 95th percentile; boundary = the weakest folded phase is S - 1. Holds if both in "
+                "every seed (>= 2 seeds), does not hold if either is true in fewer than half of the seeds",
+                verdict, figs));
   }
 
   {  // (c) W8/S4 gap smaller than W8/S8's
@@ -379,11 +408,15 @@ json study_findings(const std::vector<json>& rows) {
       figs.push_back({{"seed", seed}, {"gap_w8s4", g4}, {"gap_w8s8", g8}});
     }
     const int n = int(figs.size());
-    const std::string verdict = n == 0 ? "inconclusive" : smaller == n ? "holds" : larger == n ? "does not hold" : "inconclusive";
-    out.push_back(finding("c", "W8/S4's gap is smaller than W8/S8's",
-                          "per seed with both runs (prefix): holds if W8/S4's gap is smaller in every seed, does not "
-                          "hold if it is larger in every seed, else inconclusive",
-                          verdict, figs));
+    const std::string verdict = n == 0         ? "inconclusive"
+                                : smaller == n ? "holds"
+                                : larger == n  ? "does not hold"
+                                               : "inconclusive";
+    out.push_back(
+        finding("c", "W8/S4's gap is smaller than W8/S8's",
+                "per seed with both runs (prefix): holds if W8/S4's gap is smaller in every seed, does not "
+                "hold if it is larger in every seed, else inconclusive",
+                verdict, figs));
   }
 
   {  // (d) period = S
@@ -391,8 +424,8 @@ json study_findings(const std::vector<json>& rows) {
     std::map<int, int> match, mismatch, silent;
     for (const json& r : rows) {
       const std::string pr = r.value("preset", "");
-      if (r.value("tag", "") != "" ||
-          (pr != "w4s4-1kv" && pr != "w8s4-1kv" && pr != "w8s6-1kv" && pr != "w8s8-1kv" && pr != "w12s12-1kv"))
+      if (r.value("tag", "") != "" || (pr != "w4s4-1kv" && pr != "w8s4-1kv" && pr != "w8s6-1kv" &&
+                                       pr != "w8s8-1kv" && pr != "w12s12-1kv"))
         continue;
       if (!learned(r)) continue;
       const json* p = prot(r, P);
@@ -406,12 +439,13 @@ json study_findings(const std::vector<json>& rows) {
       any_mismatch = any_mismatch || mismatch[S] > 0;
     }
     const std::string verdict = any_mismatch ? "does not hold" : all_s ? "holds" : "inconclusive";
-    out.push_back(finding("d", "the period of the accuracy equals the stride S, for S in {4, 6, 8, 12}",
-                          "the period detector on each W/S run (prefix, R = 24): holds if every S has a run whose "
-                          "period is S and no run detects another period; does not hold if any run detects a "
-                          "period other than its S; inconclusive otherwise (no phase dependence detected, or an S "
-                          "missing)",
-                          verdict, figs));
+    out.push_back(
+        finding("d", "the period of the accuracy equals the stride S, for S in {4, 6, 8, 12}",
+                "the period detector on each W/S run (prefix, R = 24): holds if every S has a run whose "
+                "period is S and no run detects another period; does not hold if any run detects a "
+                "period other than its S; inconclusive otherwise (no phase dependence detected, or an S "
+                "missing)",
+                verdict, figs));
   }
 
   {  // (e) knockout losses concentrate on few phases
@@ -440,19 +474,22 @@ json study_findings(const std::vector<json>& rows) {
         ++compressed_runs;
         concentrated_runs += conc > 0;
       }
-      figs.push_back({{"run", r["id"]}, {"compressed", compressed}, {"knockouts_that_matter", matter},
+      figs.push_back({{"run", r["id"]},
+                      {"compressed", compressed},
+                      {"knockouts_that_matter", matter},
                       {"concentrated", conc}});
     }
-    const std::string verdict = compressed_runs == 0               ? "inconclusive"
+    const std::string verdict = compressed_runs == 0                       ? "inconclusive"
                                 : 2 * concentrated_runs >= compressed_runs ? "holds"
-                                : concentrated_runs == 0            ? "does not hold"
-                                                                    : "inconclusive";
-    out.push_back(finding("e", "knockout losses concentrate on a few phases per layer or KV head under compression",
-                          "a knockout (layer, or KV head) matters if it costs >= 20% of clean accuracy on average over "
-                          "phases; it is concentrated if some phase loses >= 50% while another loses <= 20%. Holds if "
-                          "at least half of the compressed runs have a concentrated knockout, does not hold if none "
-                          "has, else inconclusive",
-                          verdict, figs));
+                                : concentrated_runs == 0                   ? "does not hold"
+                                                                           : "inconclusive";
+    out.push_back(
+        finding("e", "knockout losses concentrate on a few phases per layer or KV head under compression",
+                "a knockout (layer, or KV head) matters if it costs >= 20% of clean accuracy on average over "
+                "phases; it is concentrated if some phase loses >= 50% while another loses <= 20%. Holds if "
+                "at least half of the compressed runs have a concentrated knockout, does not hold if none "
+                "has, else inconclusive",
+                verdict, figs));
   }
 
   {  // (f) gate cycling
@@ -480,16 +517,17 @@ json study_findings(const std::vector<json>& rows) {
     const double r2 = runs ? r2_sum / runs : std::nan("");
     const double share = conds ? double(boundary_weakest) / conds : std::nan("");
     figs.push_back({{"mean_r2_no_boundary", r2}, {"boundary_weakest_share", share}});
-    const std::string verdict = runs == 0                      ? "inconclusive"
-                                : r2 >= 0.6 && share >= 0.8    ? "holds"
-                                : r2 < 0.3 || share < 0.5      ? "does not hold"
-                                                               : "inconclusive";
-    out.push_back(finding("f", "cycling the gates moves the within-window weak spots (R^2 >= 0.6) but not the boundary phase",
-                          "over W = S runs, every chunked layer cycled by delta in {+-1, +-2, +-3}: mean R^2 of "
-                          "A_delta(r) against A_0((r - delta) mod S) without the boundary phase, and the share of "
-                          "cycled conditions whose weakest phase is S - 1. Holds if R^2 >= 0.6 and share >= 80%, "
-                          "does not hold if R^2 < 0.3 or share < 50%",
-                          verdict, figs));
+    const std::string verdict = runs == 0                   ? "inconclusive"
+                                : r2 >= 0.6 && share >= 0.8 ? "holds"
+                                : r2 < 0.3 || share < 0.5   ? "does not hold"
+                                                            : "inconclusive";
+    out.push_back(finding(
+        "f", "cycling the gates moves the within-window weak spots (R^2 >= 0.6) but not the boundary phase",
+        "over W = S runs, every chunked layer cycled by delta in {+-1, +-2, +-3}: mean R^2 of "
+        "A_delta(r) against A_0((r - delta) mod S) without the boundary phase, and the share of "
+        "cycled conditions whose weakest phase is S - 1. Holds if R^2 >= 0.6 and share >= 80%, "
+        "does not hold if R^2 < 0.3 or share < 50%",
+        verdict, figs));
   }
 
   {  // (g) persistence without RoPE and with uniform averaging
@@ -501,15 +539,23 @@ json study_findings(const std::vector<json>& rows) {
       const bool ok = gap_beyond_noise(*p) && (*p)["period"].get<int>() == r["S"].get<int>();
       ++n;
       persists += ok;
-      figs.push_back({{"run", r["id"]}, {"gap", (*p)["gap"]}, {"gap_ci", (*p)["gap_ci"]},
-                      {"gap_null_q95", (*p)["gap_null_q95"]}, {"period", (*p)["period"]}, {"persists", ok}});
+      figs.push_back({{"run", r["id"]},
+                      {"gap", (*p)["gap"]},
+                      {"gap_ci", (*p)["gap_ci"]},
+                      {"gap_null_q95", (*p)["gap_null_q95"]},
+                      {"period", (*p)["period"]},
+                      {"persists", ok}});
     }
-    const std::string verdict = n == 0 ? "inconclusive" : persists == n ? "holds" : persists == 0 ? "does not hold" : "inconclusive";
-    out.push_back(finding("g", "the periodic weak spot persists without RoPE and with uniform averaging",
-                          "no-rope and uniform runs (prefix): persists if the gap's lower 95% bound exceeds the "
-                          "noise-only 95th percentile and the detected period is S. Holds if every run persists, does "
-                          "not hold if none does",
-                          verdict, figs));
+    const std::string verdict = n == 0          ? "inconclusive"
+                                : persists == n ? "holds"
+                                : persists == 0 ? "does not hold"
+                                                : "inconclusive";
+    out.push_back(
+        finding("g", "the periodic weak spot persists without RoPE and with uniform averaging",
+                "no-rope and uniform runs (prefix): persists if the gap's lower 95% bound exceeds the "
+                "noise-only 95th percentile and the detected period is S. Holds if every run persists, does "
+                "not hold if none does",
+                verdict, figs));
   }
   // every finding but (a) left these out
   for (json& f : out)
@@ -534,16 +580,19 @@ std::string study_format_findings(const json& findings) {
 namespace {
 
 std::string runs_csv(const json& runs) {
-  std::string s = "run,preset,seed,family,protocol,n,mean,mean_lo,mean_hi,worst,best,gap,gap_lo,gap_hi,gap_null_q95,"
-                  "period,p_value,val_loss,kv_bytes_per_token,weakest_phase\n";
+  std::string s =
+      "run,preset,seed,family,protocol,n,mean,mean_lo,mean_hi,worst,best,gap,gap_lo,gap_hi,gap_null_q95,"
+      "period,p_value,val_loss,kv_bytes_per_token,weakest_phase\n";
   for (const json& r : runs)
-    s += fmt::format("{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{:.3g},{:.4f},{:.1f},{}\n",
-                     r["run"].get<std::string>(), r["preset"].get<std::string>(), r["seed"].get<uint64_t>(),
-                     r["family"].get<std::string>(), r["protocol"].get<std::string>(), r["n"].get<int64_t>(),
-                     num(r, "mean"), r["mean_ci"][0].get<double>(), r["mean_ci"][1].get<double>(), num(r, "worst"),
-                     num(r, "best"), num(r, "gap"), r["gap_ci"][0].get<double>(), r["gap_ci"][1].get<double>(),
-                     num(r, "gap_null_q95"), r["period"].get<int>(), num(r, "p_value"), num(r, "val_loss"),
-                     num(r, "kv_bytes_per_token"), r["weakest_phase"].get<int>());
+    s += fmt::format(
+        "{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{:.3g},{:.4f},{:"
+        ".1f},{}\n",
+        r["run"].get<std::string>(), r["preset"].get<std::string>(), r["seed"].get<uint64_t>(),
+        r["family"].get<std::string>(), r["protocol"].get<std::string>(), r["n"].get<int64_t>(),
+        num(r, "mean"), r["mean_ci"][0].get<double>(), r["mean_ci"][1].get<double>(), num(r, "worst"),
+        num(r, "best"), num(r, "gap"), r["gap_ci"][0].get<double>(), r["gap_ci"][1].get<double>(),
+        num(r, "gap_null_q95"), r["period"].get<int>(), num(r, "p_value"), num(r, "val_loss"),
+        num(r, "kv_bytes_per_token"), r["weakest_phase"].get<int>());
   return s;
 }
 
@@ -552,8 +601,8 @@ std::string phases_csv(const std::vector<json>& rows) {
   for (const json& r : rows)
     for (const auto& [protocol, p] : r["protocols"].items())
       for (size_t i = 0; i < p["folded"].size(); ++i)
-        s += fmt::format("{},{},{},{},{:.4f},{}\n", r["id"].get<std::string>(), protocol, p["S"].get<int>(), i,
-                         p["folded"][i].is_number() ? p["folded"][i].get<double>() : std::nan(""),
+        s += fmt::format("{},{},{},{},{:.4f},{}\n", r["id"].get<std::string>(), protocol, p["S"].get<int>(),
+                         i, p["folded"][i].is_number() ? p["folded"][i].get<double>() : std::nan(""),
                          p["folded_n"][i].get<int64_t>());
   return s;
 }
@@ -561,18 +610,20 @@ std::string phases_csv(const std::vector<json>& rows) {
 void study_report(const json& study, const std::vector<json>& rows, const std::string& out) {
   ReportDoc doc;
   doc.title = "phasescope study: " + study["grid"].get<std::string>();
-  doc.intro_html = "<p>" +
-                   html_escape(fmt::format("{} runs with a row, {} missing. Command: {}. Accuracy in %, gap = best - "
-                                           "worst residue (R = 24), 95% cluster-bootstrap intervals.",
-                                           rows.size(), study["missing"].size(), study["command"].get<std::string>())) +
-                   "</p>";
+  doc.intro_html =
+      "<p>" +
+      html_escape(fmt::format("{} runs with a row, {} missing. Command: {}. Accuracy in %, gap = best - "
+                              "worst residue (R = 24), 95% cluster-bootstrap intervals.",
+                              rows.size(), study["missing"].size(), study["command"].get<std::string>())) +
+      "</p>";
   // findings
   {
     std::vector<std::vector<std::string>> t;
     for (const json& f : study["findings"])
       t.push_back({f["id"].get<std::string>(), f["claim"].get<std::string>(), f["verdict"].get<std::string>(),
                    f["rule"].get<std::string>()});
-    report_add_section(doc, {"findings", "Findings (a)-(g), judged by code", html_table({"id", "claim", "verdict", "rule"}, t)});
+    report_add_section(doc, {"findings", "Findings (a)-(g), judged by code",
+                             html_table({"id", "claim", "verdict", "rule"}, t)});
   }
   // runs beside the paper
   {
@@ -583,13 +634,15 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
         if (pr.preset == r["preset"] && pr.seed == r["seed"].get<uint64_t>() && r["protocol"] == "prefix" &&
             r["run"].get<std::string>().find('-', r["preset"].get<std::string>().size()) == std::string::npos)
           paper = fmt::format("{:.3f} / {:.1f} / {:.1f} / {:.1f}", pr.val_loss, pr.mean, pr.worst, pr.gap);
-      t.push_back({r["run"].get<std::string>(), r["protocol"].get<std::string>(), fmt::format("{:.3f}", num(r, "val_loss")),
+      t.push_back({r["run"].get<std::string>(), r["protocol"].get<std::string>(),
+                   fmt::format("{:.3f}", num(r, "val_loss")),
                    fmt::format("{} [{}, {}]", pct(num(r, "mean")), pct(r["mean_ci"][0].get<double>()),
                                pct(r["mean_ci"][1].get<double>())),
                    pct(num(r, "worst")),
                    fmt::format("{} [{}, {}]", pct(num(r, "gap")), pct(r["gap_ci"][0].get<double>()),
                                pct(r["gap_ci"][1].get<double>())),
-                   std::to_string(r["period"].get<int>()), fmt::format("{:.0f}", num(r, "kv_bytes_per_token")), paper});
+                   std::to_string(r["period"].get<int>()),
+                   fmt::format("{:.0f}", num(r, "kv_bytes_per_token")), paper});
     }
     report_add_section(doc, {"runs", "Runs beside the paper",
                              html_table({"run", "protocol", "val loss", "mean", "worst", "gap", "period",
@@ -609,14 +662,16 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
           if (!p) continue;
           PhaseProfile pp;
           pp.name = (*r)["id"].get<std::string>();
-          for (const json& v : (*p)["folded"]) pp.acc.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+          for (const json& v : (*p)["folded"])
+            pp.acc.push_back(v.is_number() ? v.get<double>() : std::nan(""));
           profiles.push_back(pp);
         }
         if (profiles.empty()) continue;
-        const std::string png = (fs::path(out) / "figures" / fmt::format("folded-{}-{}.png", family, protocol)).string();
+        const std::string png =
+            (fs::path(out) / "figures" / fmt::format("folded-{}-{}.png", family, protocol)).string();
         io_make_dirs((fs::path(out) / "figures").string());
-        plot_phase_profiles(fmt::format("{} ({} padding): accuracy per phase t mod S", family, protocol), "phase",
-                            profiles, png);
+        plot_phase_profiles(fmt::format("{} ({} padding): accuracy per phase t mod S", family, protocol),
+                            "phase", profiles, png);
         html += html_png(png, family + " " + protocol);
       }
     report_add_section(doc, {"phases", "Per-phase accuracy by family (folded to t mod S)", html});
@@ -630,7 +685,8 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
           const json* p = prot(r, protocol);
           if (!p) continue;
           std::string phases;
-          for (const json& v : (*p)["folded"]) phases += pct(v.is_number() ? v.get<double>() : std::nan("")) + " ";
+          for (const json& v : (*p)["folded"])
+            phases += pct(v.is_number() ? v.get<double>() : std::nan("")) + " ";
           t.push_back({std::to_string(r["seed"].get<uint64_t>()), protocol, phases,
                        std::to_string((*p)["weakest_phase"].get<int>())});
         }
@@ -644,12 +700,14 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
       if (!r.contains("explain")) continue;
       for (const json& k : r["explain"]["knockouts"]) {
         std::string rel;
-        for (const json& v : k["rel"]) rel += v.is_number() ? fmt::format("{:.0f} ", v.get<double>()) : "n/a ";
+        for (const json& v : k["rel"])
+          rel += v.is_number() ? fmt::format("{:.0f} ", v.get<double>()) : "n/a ";
         ko.push_back({r["id"].get<std::string>(), k["label"].get<std::string>(), rel});
       }
       for (const json& g : r["explain"]["gates"])
-        gates.push_back({r["id"].get<std::string>(), fmt::format("L{} {} h{}", g["layer"].get<int>(),
-                                                                 g["branch"].get<std::string>(), g["kv_head"].get<int>()),
+        gates.push_back({r["id"].get<std::string>(),
+                         fmt::format("L{} {} h{}", g["layer"].get<int>(), g["branch"].get<std::string>(),
+                                     g["kv_head"].get<int>()),
                          fmt::format("{:.2f}", num(g, "static")), fmt::format("{:.2f}", num(g, "window")),
                          std::to_string(g["peak"].get<int>())});
       for (const json& c : r["explain"]["cycling"])
@@ -659,10 +717,13 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
     }
     report_add_section(doc, {"knockouts", "Knockouts: relative change per phase (%, prefix)",
                              html_table({"run", "knocked out", "phase 0..S-1"}, ko)});
-    report_add_section(doc, {"gates", "Gate concentration (1 = one-hot .. W = uniform)",
-                             html_table({"run", "gate", "static exp(H(E[a]))", "per window E[exp(H(a))]", "peak phase"}, gates)});
-    report_add_section(doc, {"cycling", "Gate cycling: R^2 of A_delta(r) vs A_0((r - delta) mod S)",
-                             html_table({"run", "layer (-1 = all)", "delta", "R^2", "R^2 w/o boundary"}, cyc)});
+    report_add_section(
+        doc,
+        {"gates", "Gate concentration (1 = one-hot .. W = uniform)",
+         html_table({"run", "gate", "static exp(H(E[a]))", "per window E[exp(H(a))]", "peak phase"}, gates)});
+    report_add_section(doc,
+                       {"cycling", "Gate cycling: R^2 of A_delta(r) vs A_0((r - delta) mod S)",
+                        html_table({"run", "layer (-1 = all)", "delta", "R^2", "R^2 w/o boundary"}, cyc)});
   }
   report_write(doc, (fs::path(out) / "report.html").string());
 }
@@ -697,8 +758,8 @@ StudyResult study_run(const StudyOptions& opt) {
         continue;
       }
       if (log) {
-        *log << fmt::format("[{}/{}] {}: train, evaluate (prefix, in-sequence), explain -> {}\n", done, todo.size(),
-                            run.id(), dir);
+        *log << fmt::format("[{}/{}] {}: train, evaluate (prefix, in-sequence), explain -> {}\n", done,
+                            todo.size(), run.id(), dir);
         log->flush();
       }
       const auto r0 = std::chrono::steady_clock::now();
@@ -708,8 +769,8 @@ StudyResult study_run(const StudyOptions& opt) {
       if (log) {
         const json& p = row["protocols"]["prefix"];
         *log << fmt::format("    prefix: mean {} worst {} gap {} period {}; val loss {:.3f}; {:.0f} s\n",
-                            pct(num(p, "mean")), pct(num(p, "worst")), pct(num(p, "gap")), p["period"].get<int>(),
-                            num(row, "val_loss"), num(row, "wall_seconds"));
+                            pct(num(p, "mean")), pct(num(p, "worst")), pct(num(p, "gap")),
+                            p["period"].get<int>(), num(row, "val_loss"), num(row, "wall_seconds"));
         log->flush();
       }
     }
@@ -771,8 +832,8 @@ StudyResult study_run(const StudyOptions& opt) {
   io_write_atomic((fs::path(res.out) / "phases.csv").string(), phases_csv(rows));
   if (opt.report && !rows.empty()) study_report(s, rows, res.out);
   if (log) {
-    *log << fmt::format("\n{} of {} runs have rows ({} missing); this invocation took {:.0f} s\n", rows.size(),
-                        grid.runs.size(), res.missing.size(),
+    *log << fmt::format("\n{} of {} runs have rows ({} missing); this invocation took {:.0f} s\n",
+                        rows.size(), grid.runs.size(), res.missing.size(),
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     *log << study_format_findings(s["findings"]);
   }

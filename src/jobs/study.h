@@ -20,13 +20,13 @@
 namespace phasescope {
 
 struct StudyRun {
-  std::string preset;              // preset name (presets/<name>.json)
-  uint64_t seed = 42;              // train.seed
-  std::string family;              // "baseline", "seeds", "window-stride", "kv-heads", "operator", ...
-  std::string paper;               // the paper's name of this run ("W8/S8 · 1 KV"), "" = ours only
-  std::string tag;                 // distinguishes runs of one preset and seed with other overrides
+  std::string preset;                  // preset name (presets/<name>.json)
+  uint64_t seed = 42;                  // train.seed
+  std::string family;                  // "baseline", "seeds", "window-stride", "kv-heads", "operator", ...
+  std::string paper;                   // the paper's name of this run ("W8/S8 · 1 KV"), "" = ours only
+  std::string tag;                     // distinguishes runs of one preset and seed with other overrides
   nlohmann::json overrides = nullptr;  // merge patch on the preset JSON (e.g. {"train": {"steps": 400}})
-  std::string id() const;          // "<preset>[-<tag>]@<seed>": the run's folder name
+  std::string id() const;              // "<preset>[-<tag>]@<seed>": the run's folder name
 };
 
 struct StudyGrid {

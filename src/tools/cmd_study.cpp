@@ -16,23 +16,29 @@ void add_study_command(CLI::App& app) {
   auto shard = std::make_shared<std::string>("1/1");
   auto report_only = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand(
-      "study", "the paper's grid of runs across seeds (train, evaluate, explain each), findings (a)-(g) judged "
-               "from the data; resumable and shardable");
+      "study",
+      "the paper's grid of runs across seeds (train, evaluate, explain each), findings (a)-(g) judged "
+      "from the data; resumable and shardable");
   cmd->add_option("--grid", opt->grid, "paper | quick (toy size, minutes) | a grid file (JSON)")
       ->capture_default_str();
-  cmd->add_option("--seeds", opt->seeds,
-                  "seeds of the reference W8/S8 · 1 KV (other compressed families take the first two, baselines "
-                  "the first)")
+  cmd->add_option(
+         "--seeds", opt->seeds,
+         "seeds of the reference W8/S8 · 1 KV (other compressed families take the first two, baselines "
+         "the first)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--shard", *shard,
-                  "K/N: run the runs i with i % N == K - 1 (N machines or sittings split the grid); every shard "
-                  "aggregates the rows that exist")
+  cmd->add_option(
+         "--shard", *shard,
+         "K/N: run the runs i with i % N == K - 1 (N machines or sittings split the grid); every shard "
+         "aggregates the rows that exist")
       ->capture_default_str();
-  cmd->add_option("--out", opt->out, "output directory (runs/<id>/, study.json, runs.csv, report.html); default "
-                                     "runs/study-<grid>");
-  cmd->add_option("--samples", opt->samples, "evaluation prompts per run and protocol (default 1152: 48 per residue)");
-  cmd->add_flag("--fresh", opt->fresh, "redo this shard's runs from scratch (default: resume; a run with a row is done)");
+  cmd->add_option("--out", opt->out,
+                  "output directory (runs/<id>/, study.json, runs.csv, report.html); default "
+                  "runs/study-<grid>");
+  cmd->add_option("--samples", opt->samples,
+                  "evaluation prompts per run and protocol (default 1152: 48 per residue)");
+  cmd->add_flag("--fresh", opt->fresh,
+                "redo this shard's runs from scratch (default: resume; a run with a row is done)");
   cmd->add_flag("--report-only", *report_only, "run nothing: aggregate the rows that exist");
   cmd->add_flag("!--no-report", opt->report, "skip the plots and report.html");
   cmd->callback([opt, shard, report_only, cmd] {

@@ -132,9 +132,7 @@ void tidy_for_resume(const std::string& out_dir, int64_t step) {
     }
     if (dropped) io_write_atomic(mpath, kept);
   }
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out_dir, ec))
-    if (e.path().filename().string().rfind(".checkpoint.safetensors.tmp.", 0) == 0) fs::remove(e.path(), ec);
+  io_remove_stale_temps(out_dir);  // a checkpoint, config.json or metrics rewrite cut by a kill
 }
 
 std::string fmt_duration(double s) {
@@ -223,6 +221,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   model_config_sync(preset.model, "preset " + preset.name);
   const TrainConfig& tc = preset.train;
   io_make_dirs(opt.out_dir);
+  io_remove_stale_temps(opt.out_dir);  // writes a kill cut short, before any checkpoint existed too
   const std::string ckpt = checkpoint_path(opt.out_dir);
 
   // model, optimizer and data stream from the seed
