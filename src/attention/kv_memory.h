@@ -40,4 +40,20 @@ KvMemory attn_kv_memory(const AttnConfig& cfg, int64_t T);
 int64_t model_kv_bytes(const std::vector<AttnConfig>& layers, int64_t T, int bytes_per_value);
 double model_kv_bytes_per_token(const std::vector<AttnConfig>& layers, int64_t T, int bytes_per_value);
 
+// One model's line of the `phasescope kv-memory` table: its cache after T tokens, per token, and
+// against full attention with the same layers, KV heads and head dim (the memory a design saves).
+struct KvMemoryRow {
+  std::string name;     // preset name
+  std::string design;   // "chunked W8/S8 w16 x2" ...
+  int64_t context = 0;  // T
+  int bytes_per_value = 2;
+  int64_t entries = 0;   // compressed entries over all layers
+  int64_t bytes = 0;     // the whole cache of one sequence
+  double per_token = 0;  // bytes / T
+  double vs_full = 0;    // bytes / the same model's cache under full attention
+};
+KvMemoryRow kv_memory_row(const std::string& name, const std::vector<AttnConfig>& layers, int64_t T,
+                          int bytes_per_value);
+std::string kv_memory_table(const std::vector<KvMemoryRow>& rows);
+
 }  // namespace phasescope

@@ -763,7 +763,16 @@ StudyResult study_run(const StudyOptions& opt) {
         log->flush();
       }
       const auto r0 = std::chrono::steady_clock::now();
-      json row = study_one(run, grid, opt, dir);
+      json row;
+      try {
+        row = study_one(run, grid, opt, dir);
+      } catch (const Error& e) {
+        // one run's failure does not stop an unattended grid: it is recorded, the rest go on, and the
+        // next invocation tries it again (it has no row)
+        res.failed.push_back({run.id(), e.what()});
+        if (log) *log << fmt::format("    FAILED: {}\n", e.what());
+        continue;
+      }
       row["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
       io_write_atomic(row_path, row.dump(1) + "\n");
       if (log) {
@@ -814,6 +823,9 @@ StudyResult study_run(const StudyOptions& opt) {
   s["runs"] = runs;
   s["findings"] = study_findings(rows);
   s["missing"] = res.missing;
+  json failed = json::array();
+  for (const auto& [id, error] : res.failed) failed.push_back({{"run", id}, {"error", error}});
+  s["failed"] = failed;  // runs of this invocation that stopped with an error (they stay missing)
   json weakest = json::array();
   for (const json& r : rows)
     if (is_ref(r, "w8s8-1kv"))
@@ -835,6 +847,7 @@ StudyResult study_run(const StudyOptions& opt) {
     *log << fmt::format("\n{} of {} runs have rows ({} missing); this invocation took {:.0f} s\n",
                         rows.size(), grid.runs.size(), res.missing.size(),
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (const auto& [id, error] : res.failed) *log << fmt::format("failed: {}: {}\n", id, error);
     *log << study_format_findings(s["findings"]);
   }
   return res;

@@ -15,6 +15,7 @@
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace phasescope {
@@ -58,8 +59,9 @@ struct StudyOptions {
 };
 
 struct StudyResult {
-  nlohmann::json study;              // what study.json holds
-  std::vector<std::string> missing;  // run ids without a row
+  nlohmann::json study;                                     // what study.json holds
+  std::vector<std::string> missing;                         // run ids without a row
+  std::vector<std::pair<std::string, std::string>> failed;  // (run id, error) of runs that threw here
   std::string out;
 };
 
