@@ -325,36 +325,9 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
     if (N > 0) {
       auto jj = torch::arange(j0, j0 + N, iopt);                                    // [N]
       auto tok = jj.view({N, 1}) * S + torch::arange(W, iopt).view({1, W}) - pos0;  // [N, W] token index
-      auto xg = x.index({Slice(), tok});                                            // [B, N, W, d]
-      torch::Tensor alpha_k;
-      auto pool = [&](const std::string& br, torch::Tensor* alpha_out) {
-        torch::Tensor payload;  // [B, N, W, Hkv, D]
-        if (c.per_offset_payload)
-          payload = per_offset_apply(xg, param(br + "_payload"));
-        else
-          payload =
-              matmul_wt(xg, param(br + "_payload").reshape({Hkv * D, c.d_model})).view({B, N, W, Hkv, D});
-        torch::Tensor alpha;  // [B, N, W, Hkv, 1 or D]
-        if (c.gate == GateKind::Uniform) {
-          alpha = torch::full({1, 1, W, 1, 1}, 1.0 / double(W), x.options()).expand({B, N, W, Hkv, 1});
-        } else {
-          auto zw = param(br + "_gate_w");
-          if (c.gate == GateKind::Scalar) zw = zw.unsqueeze(2);  // [Hkv, W, 1, d]
-          auto logits = per_offset_apply(xg, zw);                // [B, N, W, Hkv, 1 or D]
-          if (c.gate_bias) {
-            auto b = param(br + "_gate_b");  // [Hkv, W] or [Hkv, W, D]
-            b = c.gate == GateKind::Scalar ? b.t().unsqueeze(-1) : b.permute({1, 0, 2});
-            logits = logits + b;
-          }
-          alpha = torch::softmax(logits, 2);
-        }
-        if (trace) *alpha_out = alpha.detach();
-        return (alpha * payload).sum(2);  // [B, N, Hkv, D]
-      };
-      torch::Tensor alpha_v;
-      kc = rope_apply(rms_norm_opt(pool("ck", &alpha_k), kn), jj * S,
-                      attn_rope_inv_freq(c, attn_comp_rope_dims(c)));
-      vc = c.tied_kv ? kc : pool("cv", &alpha_v);
+      torch::Tensor alpha_k, alpha_v;
+      chunked_entries(x.index({Slice(), tok}), jj, &kc, &vc, trace ? &alpha_k : nullptr,
+                      trace ? &alpha_v : nullptr);  // x gathered: [B, N, W, d]
       if (trace) {
         trace->gate_alpha = alpha_k;
         trace->gate_alpha_v = alpha_v;
@@ -381,6 +354,157 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
   }
   auto o = joint_attention(q, k, v, kc, vc, entry_last, torch::Tensor(), local, sink, pos0, trace);
   return output(o);
+}
+
+// Chunked entries from their tokens' hidden states: xg [B, N, W, d] (offset i of entry j = token
+// j*S + i), jj [N] entry indices. kc [B, N, Hkv, D] is pooled, RMS-normed (k_norm) and rotated at j*S;
+// vc the value branch's pool (or kc when tied). alpha_k / alpha_v (optional): the gates [B, N, W, Hkv,
+// 1 or D]. The one place entries are made: forward and decode both call it.
+void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor& jj, torch::Tensor* kc,
+                                    torch::Tensor* vc, torch::Tensor* alpha_k, torch::Tensor* alpha_v) {
+  const AttnConfig& c = cfg_;
+  const int64_t B = xg.size(0), N = xg.size(1), W = c.W, Hkv = c.n_kv_heads, D = c.head_dim;
+  auto pool = [&](const std::string& br, torch::Tensor* alpha_out) {
+    torch::Tensor payload;  // [B, N, W, Hkv, D]
+    if (c.per_offset_payload)
+      payload = per_offset_apply(xg, param(br + "_payload"));
+    else
+      payload = matmul_wt(xg, param(br + "_payload").reshape({Hkv * D, c.d_model})).view({B, N, W, Hkv, D});
+    torch::Tensor alpha;  // [B, N, W, Hkv, 1 or D]
+    if (c.gate == GateKind::Uniform) {
+      alpha = torch::full({1, 1, W, 1, 1}, 1.0 / double(W), xg.options()).expand({B, N, W, Hkv, 1});
+    } else {
+      auto zw = param(br + "_gate_w");
+      if (c.gate == GateKind::Scalar) zw = zw.unsqueeze(2);  // [Hkv, W, 1, d]
+      auto logits = per_offset_apply(xg, zw);                // [B, N, W, Hkv, 1 or D]
+      if (c.gate_bias) {
+        auto b = param(br + "_gate_b");  // [Hkv, W] or [Hkv, W, D]
+        b = c.gate == GateKind::Scalar ? b.t().unsqueeze(-1) : b.permute({1, 0, 2});
+        logits = logits + b;
+      }
+      alpha = torch::softmax(logits, 2);
+    }
+    if (alpha_out) *alpha_out = alpha.detach();
+    return (alpha * payload).sum(2);  // [B, N, Hkv, D]
+  };
+  auto pooled = pool("ck", alpha_k);
+  if (c.qk_norm) pooled = rms_norm(pooled, param("k_norm"), c.norm_eps);
+  *kc = rope_apply(pooled, jj * c.S, attn_rope_inv_freq(c, attn_comp_rope_dims(c)));
+  *vc = c.tied_kv ? *kc : pool("cv", alpha_v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode: prefill once, then one token at a time with the cache attn_kv_memory counts.
+
+int64_t AttnCache::values() const {
+  auto n = [](const torch::Tensor& t) { return t.defined() ? t.numel() : int64_t(0); };
+  const int64_t B = k.defined() ? k.size(0) : 1;
+  return (n(k) + n(v) + n(kc) + (tied ? 0 : n(vc)) + n(x_open)) / std::max<int64_t>(B, 1);
+}
+
+bool attn_can_decode(const AttnConfig& c) {
+  return c.kind == AttnKind::Full || c.kind == AttnKind::Window || c.kind == AttnKind::Chunked;
+}
+
+torch::Tensor AttentionImpl::prefill(const torch::Tensor& x, AttnCache* cache) {
+  const AttnConfig& c = cfg_;
+  PS_ASSERT(attn_can_decode(c), "decode: kind " + attn_kind_name(c.kind) + " has no decode path yet");
+  PS_ASSERT(x.dim() == 3 && x.size(2) == c.d_model, "prefill input must be [B, T, d_model]");
+  auto out = forward(x, 0);  // [B, T, d]
+  const int64_t B = x.size(0), T = x.size(1), Hkv = c.n_kv_heads, D = c.head_dim;
+  AttnCache& C = *cache;
+  C = AttnCache();
+  C.pos = T;
+  C.tied = c.kind == AttnKind::Chunked && c.tied_kv;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  // the raw tokens kept: all (full), the last w (window / chunked), or those after the last finished
+  // entry's end (uncompressed tail)
+  int64_t keep_from = 0;
+  if (c.kind == AttnKind::Chunked) {
+    C.entries = T >= c.W ? (T - c.W) / c.S + 1 : 0;
+    if (C.entries > 0) {
+      auto jj = torch::arange(C.entries, iopt);
+      auto tok = jj.view({C.entries, 1}) * c.S + torch::arange(c.W, iopt).view({1, c.W});  // [N, W]
+      chunked_entries(x.index({Slice(), tok}), jj, &C.kc, &C.vc, nullptr, nullptr);
+    } else {
+      C.kc = torch::zeros({B, 0, Hkv, D}, x.options());
+      C.vc = C.kc;
+    }
+    C.x_open = x.narrow(1, C.entries * c.S, T - C.entries * c.S);  // [B, n_open, d]
+    keep_from = c.uncompressed_tail ? (C.entries > 0 ? (C.entries - 1) * c.S + c.W : 0) : T - c.window;
+  } else if (c.kind == AttnKind::Window) {
+    keep_from = T - c.window;
+  }
+  keep_from = std::clamp<int64_t>(keep_from, 0, T);
+  auto xr = x.narrow(1, keep_from, T - keep_from);  // [B, n_raw, d]
+  auto pos = torch::arange(keep_from, T, iopt);
+  auto kraw = matmul_wt(xr, param("wk")).view({B, T - keep_from, Hkv, D});
+  if (c.qk_norm) kraw = rms_norm(kraw, param("k_norm"), c.norm_eps);
+  C.k = rope_apply(kraw, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+  C.v = matmul_wt(xr, param("wv")).view({B, T - keep_from, Hkv, D});
+  C.raw_from = keep_from;
+  return out;
+}
+
+torch::Tensor AttentionImpl::decode(const torch::Tensor& x, AttnCache* cache) {
+  const AttnConfig& c = cfg_;
+  PS_ASSERT(attn_can_decode(c), "decode: kind " + attn_kind_name(c.kind) + " has no decode path yet");
+  PS_ASSERT(x.dim() == 3 && x.size(1) == 1 && x.size(2) == c.d_model, "decode input must be [B, 1, d_model]");
+  AttnCache& C = *cache;
+  const int64_t B = x.size(0), H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim, G = H / Hkv, p = C.pos;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  auto pos = torch::full({1}, p, iopt);
+  // this token's query, key and value at position p
+  auto q = matmul_wt(x, param("wq")).view({B, 1, H, D});
+  auto k = matmul_wt(x, param("wk")).view({B, 1, Hkv, D});
+  if (c.qk_norm) {
+    q = rms_norm(q, param("q_norm"), c.norm_eps);
+    k = rms_norm(k, param("k_norm"), c.norm_eps);
+  }
+  q = rope_apply(q, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+  k = rope_apply(k, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+  auto v = matmul_wt(x, param("wv")).view({B, 1, Hkv, D});
+  C.k = torch::cat({C.k, k}, 1);
+  C.v = torch::cat({C.v, v}, 1);
+  // a chunked entry that this token completes: entry j = entries, tokens [j*S, j*S + W)
+  if (c.kind == AttnKind::Chunked) {
+    C.x_open = torch::cat({C.x_open, x}, 1);
+    const int64_t j = C.entries;
+    if (j * c.S + c.W - 1 == p) {
+      auto jj = torch::full({1}, j, iopt);
+      torch::Tensor kc, vc;
+      chunked_entries(C.x_open.narrow(1, 0, c.W).unsqueeze(1), jj, &kc, &vc, nullptr,
+                      nullptr);  // [B, 1, Hkv, D]
+      C.kc = torch::cat({C.kc, kc}, 1);
+      C.vc = C.tied ? C.kc : torch::cat({C.vc, vc}, 1);
+      C.entries = j + 1;
+      C.x_open = C.x_open.narrow(1, c.S, C.x_open.size(1) - c.S);  // the next entry starts S later
+    }
+  }
+  // drop raw tokens no query from now on sees
+  int64_t keep_from = C.raw_from;
+  if (c.kind == AttnKind::Window || (c.kind == AttnKind::Chunked && !c.uncompressed_tail))
+    keep_from = std::max<int64_t>(0, p + 1 - c.window);
+  else if (c.kind == AttnKind::Chunked)
+    keep_from = C.entries > 0 ? (C.entries - 1) * c.S + c.W : 0;
+  if (keep_from > C.raw_from) {
+    C.k = C.k.narrow(1, keep_from - C.raw_from, C.k.size(1) - (keep_from - C.raw_from));
+    C.v = C.v.narrow(1, keep_from - C.raw_from, C.v.size(1) - (keep_from - C.raw_from));
+    C.raw_from = keep_from;
+  }
+  // one softmax over the raw tokens kept, the finished entries and the sink
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto qg = q.view({B, Hkv, G, D});
+  auto kr = C.k.permute({0, 2, 3, 1});                                 // [B, Hkv, D, n_raw]
+  std::vector<torch::Tensor> parts = {torch::matmul(qg, kr) * scale};  // [B, Hkv, G, n_raw]
+  const int64_t n_raw = C.k.size(1), N = C.kc.defined() ? C.kc.size(1) : 0;
+  if (N > 0) parts.push_back(torch::matmul(qg, C.kc.permute({0, 2, 3, 1})) * scale);  // [B, Hkv, G, N]
+  if (c.sink) parts.push_back(param("sink").view({1, Hkv, G, 1}).expand({B, Hkv, G, 1}));
+  auto prob = torch::softmax(torch::cat(parts, -1), -1);
+  auto o = torch::matmul(prob.narrow(-1, 0, n_raw), C.v.permute({0, 2, 1, 3}));  // [B, Hkv, G, D]
+  if (N > 0) o = o + torch::matmul(prob.narrow(-1, n_raw, N), C.vc.permute({0, 2, 1, 3}));
+  C.pos = p + 1;
+  return output(o.reshape({B, 1, H, D}));
 }
 
 // DeepSeek V4 compressor (prefix "comp_" or "idx_comp_"), output `width` dims per entry.

@@ -3,7 +3,8 @@
 // Memory and time of the compressed kinds grow as T x (w + T/S): the local window is computed in
 // blocks of L tokens against the current and previous block, the compressed entries as a T x N
 // score matrix; no T x T mask is ever built except for `full` itself.
-// Not here: the loop oracle (reference.h), the decoder around it (model/), KV caching for decode.
+// Decode (prefill, then one token at a time with AttnCache) for full, window and chunked kinds.
+// Not here: the loop oracle (reference.h), the decoder around it (model/).
 #pragma once
 #include <torch/torch.h>
 
@@ -41,6 +42,24 @@ struct AttnTrace {
 // replacement); unset in training and evaluation.
 using HeadHook = std::function<torch::Tensor(const torch::Tensor& o)>;
 
+// The decode-time state of one layer for a batch of sequences that advance together (same length),
+// exactly what attn_kv_memory (kv_memory.h) counts: raw keys/values of the tokens still visible (full:
+// all; window / chunked: the last w; uncompressed tail: those after the last finished entry's end),
+// the finished compressed entries, and the hidden states of the tokens an unfinished entry needs.
+struct AttnCache {
+  int64_t pos = 0;       // tokens seen: the next token's absolute position
+  int64_t raw_from = 0;  // position of the first raw token kept
+  torch::Tensor k, v;    // [B, n_raw, Hkv, D] after Q/K norm and RoPE (v: no norm, no RoPE)
+  torch::Tensor kc, vc;  // [B, N, Hkv, D] finished entries (vc is kc when tied)
+  bool tied = false;
+  torch::Tensor x_open;    // [B, n_open, d] hidden states of tokens [N*S, pos)
+  int64_t entries = 0;     // N
+  int64_t values() const;  // values held per sequence (vc counted once when tied)
+};
+
+// Full, window and chunked (every option) decode; the DeepSeek kinds do not yet.
+bool attn_can_decode(const AttnConfig& cfg);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const AttnConfig& cfg);
@@ -56,6 +75,13 @@ class AttentionImpl : public torch::nn::Module {
   // every other case computes all rows and gathers.
   torch::Tensor forward_rows(const torch::Tensor& x, int64_t pos0, const torch::Tensor& rows);
 
+  // Decode. prefill: forward(x, 0) for x [B, T, d] at positions 0..T-1, and the cache after it.
+  // decode: one more token per sequence, x [B, 1, d] at position cache->pos; returns [B, 1, d], equal to
+  // the last row of forward over the whole sequence up to float summation order (tested). Kinds with
+  // attn_can_decode only; no head hook, no trace.
+  torch::Tensor prefill(const torch::Tensor& x, AttnCache* cache);
+  torch::Tensor decode(const torch::Tensor& x, AttnCache* cache);
+
   const AttnConfig& config() const { return cfg_; }
   void set_head_hook(HeadHook hook) { head_hook_ = std::move(hook); }  // empty = none
   torch::Tensor& param(const std::string& name);  // throws if this config has no such parameter
@@ -66,6 +92,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
 
   torch::Tensor output(const torch::Tensor& o);  // o [B, T, H, D] -> hook -> W_o -> [B, T, d]
+  void chunked_entries(const torch::Tensor& xg, const torch::Tensor& jj, torch::Tensor* kc, torch::Tensor* vc,
+                       torch::Tensor* alpha_k, torch::Tensor* alpha_v);
 
   AttnConfig cfg_;
   std::map<std::string, torch::Tensor> params_;

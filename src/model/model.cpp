@@ -58,6 +58,32 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0, std
   return rms_norm(h, final_norm_, cfg_.norm_eps);
 }
 
+bool decoder_can_decode(const ModelConfig& cfg) {
+  if (cfg.token_shift > 0) return false;
+  for (const AttnConfig& a : cfg.layers)
+    if (!attn_can_decode(a)) return false;
+  return true;
+}
+
+torch::Tensor DecoderImpl::prefill(const torch::Tensor& tokens, std::vector<AttnCache>* caches) {
+  PS_ASSERT(decoder_can_decode(cfg_),
+            "decode: this model has a layer (or token shift) without a decode path");
+  caches->assign(attn_.size(), AttnCache{});
+  auto h = torch::embedding(embed_, tokens);  // [B, T, d]
+  for (size_t l = 0; l < attn_.size(); ++l)
+    h = mlp_residual(l, h + attn_[l]->prefill(attn_input(l, h), &(*caches)[l]));
+  return unembed(rms_norm(h, final_norm_, cfg_.norm_eps));
+}
+
+torch::Tensor DecoderImpl::decode(const torch::Tensor& tokens, std::vector<AttnCache>* caches) {
+  PS_ASSERT(tokens.dim() == 2 && tokens.size(1) == 1, "decode: tokens must be [B, 1]");
+  PS_ASSERT(caches->size() == attn_.size(), "decode: one cache per layer (call prefill first)");
+  auto h = torch::embedding(embed_, tokens);  // [B, 1, d]
+  for (size_t l = 0; l < attn_.size(); ++l)
+    h = mlp_residual(l, h + attn_[l]->decode(attn_input(l, h), &(*caches)[l]));
+  return unembed(rms_norm(h, final_norm_, cfg_.norm_eps));
+}
+
 torch::Tensor DecoderImpl::attn_input(size_t l, const torch::Tensor& h) {
   auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);  // [B, T, d]
   return cfg_.token_shift > 0 ? a + token_shift_apply(a, shift_[l]) : a;

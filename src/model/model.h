@@ -26,6 +26,13 @@ class DecoderImpl : public torch::nn::Module {
   // runs on all positions, the last computes queries, attention, MLP and the final norm for the rows.
   torch::Tensor hidden_rows(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t pos0 = 0);
 
+  // Decode with a KV cache (attention.h AttnCache, one per layer): prefill the prompt tokens [B, T]
+  // (positions 0..T-1; returns logits [B, T, V]), then decode one token per sequence [B, 1] at a time
+  // (returns logits [B, 1, V]), equal to forward over the whole sequence at its last position up to
+  // float summation order. Needs decoder_can_decode(config()).
+  torch::Tensor prefill(const torch::Tensor& tokens, std::vector<AttnCache>* caches);
+  torch::Tensor decode(const torch::Tensor& tokens, std::vector<AttnCache>* caches);
+
   const ModelConfig& config() const { return cfg_; }
   Attention& attention(int layer) { return attn_[size_t(layer)]; }
 
@@ -45,6 +52,9 @@ class DecoderImpl : public torch::nn::Module {
   std::vector<torch::Tensor> w_down_;                // [n_layers] x [d, mlp_hidden]
 };
 TORCH_MODULE(Decoder);
+
+// Every layer has a decode path (full, window, chunked) and there is no token shift.
+bool decoder_can_decode(const ModelConfig& cfg);
 
 // sum_{k=1..K} c[k-1] * x[:, t-k, :] (zero where t - k < 0). x [B, T, d], c [K, d] -> [B, T, d].
 torch::Tensor token_shift_apply(const torch::Tensor& x, const torch::Tensor& c);

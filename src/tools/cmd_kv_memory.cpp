@@ -34,8 +34,10 @@ void add_kv_memory_command(CLI::App& app) {
       rows.push_back(kv_memory_row(p.name, p.model.layers, a->context, bytes));
     }
     fmt::print("{}", kv_memory_table(rows));
-    fmt::print("{} cache, one sequence; 'vs full' = the same layers under full attention (same KV heads and head dim)\n",
-               a->dtype);
+    fmt::print(
+        "{} cache, one sequence; 'vs full' = the same layers under full attention (same KV heads and head "
+        "dim)\n",
+        a->dtype);
   });
 }
 
