@@ -10,7 +10,9 @@
 
 #include "attention/kv_memory.h"
 #include "attention_testing.h"
+#include "core/check.h"
 #include "model/config.h"
+#include "model/generate.h"
 #include "model/model.h"
 
 namespace phasescope {
@@ -38,8 +40,10 @@ TEST(Decode, EveryDecodableVariantEqualsTheForward) {
       EXPECT_EQ(cache.values(), attn_kv_memory(variant.cfg, T0).total()) << variant.name << " T0 " << T0;
       for (int64_t t = T0; t < T; ++t) {
         const auto y = a->decode(x.narrow(1, t, 1), &cache);  // [B, 1, d]
-        ASSERT_LE(max_abs_diff(y, full.narrow(1, t, 1)), 1e-10) << variant.name << " T0 " << T0 << " step " << t;
-        ASSERT_EQ(cache.values(), attn_kv_memory(variant.cfg, t + 1).total()) << variant.name << " at " << t + 1;
+        ASSERT_LE(max_abs_diff(y, full.narrow(1, t, 1)), 1e-10)
+            << variant.name << " T0 " << T0 << " step " << t;
+        ASSERT_EQ(cache.values(), attn_kv_memory(variant.cfg, t + 1).total())
+            << variant.name << " at " << t + 1;
         ASSERT_EQ(cache.pos, t + 1);
       }
       ++checked;
@@ -69,10 +73,28 @@ TEST(Decode, DecoderLogitsEqualTheForward) {
       auto logits = m->prefill(tokens.narrow(1, 0, T0), &caches);
       double worst = max_abs_diff(logits, full.narrow(1, 0, T0));
       for (int64_t t = T0; t < T; ++t)
-        worst = std::max(worst, max_abs_diff(m->decode(tokens.narrow(1, t, 1), &caches), full.narrow(1, t, 1)));
+        worst =
+            std::max(worst, max_abs_diff(m->decode(tokens.narrow(1, t, 1), &caches), full.narrow(1, t, 1)));
       EXPECT_LE(worst, dt == torch::kFloat64 ? 1e-10 : 1e-4) << preset;
     }
   }
+}
+
+// generation with the cache gives the tokens and log-probs of generation without it
+TEST(Decode, CachedGenerationEqualsUncached) {
+  Preset p = preset_load("w8s8-1kv");
+  p.model.vocab_size = 64;
+  p.model.d_model = 32;
+  p.model.head_dim = 8;
+  model_config_sync(p.model, "w8s8-1kv");
+  torch::manual_seed(5);
+  Decoder m(p.model);
+  std::vector<int> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back((i * 7) % 64);
+  const GenerateResult a = generate_greedy(*m, prompt, 30, true), b = generate_greedy(*m, prompt, 30, false);
+  EXPECT_EQ(a.tokens, b.tokens);
+  for (size_t i = 0; i < a.logprobs.size(); ++i) EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-4) << i;
+  EXPECT_THROW(generate_greedy(*m, {}, 3, true), Error);
 }
 
 }  // namespace

@@ -12,8 +12,10 @@ CLI::Validator in_range(T lo, T hi) {
   return CLI::Range(lo, hi).description("");
 }
 
-void add_zoo_command(CLI::App& app);        // smoke run of the attention zoo (cmd_zoo.cpp)
-void add_kv_memory_command(CLI::App& app);  // KV-cache bytes per token of each design (cmd_kv_memory.cpp)
+void add_zoo_command(CLI::App& app);  // smoke run of the attention zoo (cmd_zoo.cpp)
+void add_kv_memory_command(CLI::App& app);
+void add_generate_command(CLI::App& app);   // greedy generation with the KV cache (cmd_generate.cpp)  //
+                                            // KV-cache bytes per token of each design (cmd_kv_memory.cpp)
 void add_theory_command(CLI::App& app);     // idealized retrieval model, gradient flow (cmd_theory.cpp)
 void add_train_command(CLI::App& app);      // train a preset; list presets (cmd_train.cpp)
 void add_eval_command(CLI::App& app);       // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   app.footer("Environment: PHASESCOPE_THREADS=N sets the compute threads (default: all cores; tests use 1).");
   phasescope::add_zoo_command(app);
   phasescope::add_kv_memory_command(app);
+  phasescope::add_generate_command(app);
   phasescope::add_train_command(app);
   phasescope::add_eval_command(app);
   phasescope::add_explain_command(app);
