@@ -7,8 +7,10 @@
 
 namespace phasescope {
 
-GenerateResult generate_greedy(DecoderImpl& model, const std::vector<int>& prompt, int max_tokens, bool cached) {
-  if (prompt.empty()) fail("generate", "the prompt is empty", "give at least one token (e.g. --prompt \"bos k1 n1 k1\")");
+GenerateResult generate_greedy(DecoderImpl& model, const std::vector<int>& prompt, int max_tokens,
+                               bool cached) {
+  if (prompt.empty())
+    fail("generate", "the prompt is empty", "give at least one token (e.g. --prompt \"bos k1 n1 k1\")");
   if (max_tokens < 1) fail("generate", "max_tokens must be at least 1", "pass --max-tokens 16");
   if (cached && !decoder_can_decode(model.config()))
     fail("generate", "this model has a layer without a decode path yet (DeepSeek kinds, or token shift)",

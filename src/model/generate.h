@@ -12,14 +12,15 @@
 namespace phasescope {
 
 struct GenerateResult {
-  std::vector<int> tokens;        // the generated tokens (max_tokens of them)
-  std::vector<double> logprobs;   // log-probability of each under the model
-  double prefill_ms = 0;          // the prompt (cached) or the first step (uncached)
-  double per_token_ms = 0;        // mean time of each later step
+  std::vector<int> tokens;       // the generated tokens (max_tokens of them)
+  std::vector<double> logprobs;  // log-probability of each under the model
+  double prefill_ms = 0;         // the prompt (cached) or the first step (uncached)
+  double per_token_ms = 0;       // mean time of each later step
   bool cached = false;
 };
 
 // Throws Error when the prompt is empty, max_tokens < 1, or (cached) the model has no decode path.
-GenerateResult generate_greedy(DecoderImpl& model, const std::vector<int>& prompt, int max_tokens, bool cached);
+GenerateResult generate_greedy(DecoderImpl& model, const std::vector<int>& prompt, int max_tokens,
+                               bool cached);
 
 }  // namespace phasescope

@@ -43,7 +43,8 @@ void add_generate_command(CLI::App& app) {
       return s;
     }());
     fmt::print("{}: first token {:.1f} ms (prompt of {} tokens), then {:.2f} ms per token\n",
-               r.cached ? "with the KV cache" : "without a cache", r.prefill_ms, prompt.size(), r.per_token_ms);
+               r.cached ? "with the KV cache" : "without a cache", r.prefill_ms, prompt.size(),
+               r.per_token_ms);
     if (a->compare) {
       const GenerateResult other = generate_greedy(*m.model, prompt, a->max_tokens, a->no_cache);
       if (other.tokens != r.tokens)

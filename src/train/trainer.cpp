@@ -157,19 +157,33 @@ void train_write_init(const Preset& preset_in, const std::string& out_dir) {
   io_write_atomic((fs::path(out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
 }
 
+namespace {
+
+// n held-out rows of the preset's task at full size (lookup / mqar; text and mix use lookup), drawn from
+// seed, in batches of up to 32: what heldout_accuracy and heldout_loss score. `task` receives the task.
+std::vector<std::vector<Example>> heldout_batches(const Preset& preset, int n, uint64_t seed,
+                                                  TaskConfig* task) {
+  *task = preset.task;
+  if (task->task == "mix" || task->task == "text") task->task = "lookup";
+  const Vocab v = task_vocab(*task);
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<Example>> out;
+  for (int start = 0; start < n; start += 32) {
+    out.emplace_back();
+    for (int i = start; i < std::min(n, start + 32); ++i)
+      out.back().push_back(task->task == "mqar" ? mqar_example(*task, v, rng)
+                                                : lookup_train_example(*task, v, task->n_records, rng));
+  }
+  return out;
+}
+
+}  // namespace
+
 double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_t seed) {
   torch::NoGradGuard g;
-  TaskConfig task = preset.task;
-  if (task.task == "mix" || task.task == "text") task.task = "lookup";
-  const Vocab v = task_vocab(task);
-  std::mt19937_64 rng(seed);
+  TaskConfig task;
   int64_t correct = 0, total = 0;
-  const int chunk = 32;
-  for (int start = 0; start < n; start += chunk) {
-    std::vector<Example> ex;
-    for (int i = start; i < std::min(n, start + chunk); ++i)
-      ex.push_back(task.task == "mqar" ? mqar_example(task, v, rng)
-                                       : lookup_train_example(task, v, task.n_records, rng));
+  for (const std::vector<Example>& ex : heldout_batches(preset, n, seed, &task)) {
     Batch b = make_batch(ex);
     auto pred = model.forward(b.tokens).argmax(-1);  // [B, T]
     for (size_t i = 0; i < ex.size(); ++i) {
@@ -187,18 +201,10 @@ double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_
 
 double heldout_loss(DecoderImpl& model, const Preset& preset, int n, uint64_t seed) {
   torch::NoGradGuard g;
-  TaskConfig task = preset.task;
-  if (task.task == "mix" || task.task == "text") task.task = "lookup";
-  const Vocab v = task_vocab(task);
-  std::mt19937_64 rng(seed);
+  TaskConfig task;
   double sum = 0;
   int64_t count = 0;
-  const int chunk = 32;
-  for (int start = 0; start < n; start += chunk) {
-    std::vector<Example> ex;
-    for (int i = start; i < std::min(n, start + chunk); ++i)
-      ex.push_back(task.task == "mqar" ? mqar_example(task, v, rng)
-                                       : lookup_train_example(task, v, task.n_records, rng));
+  for (const std::vector<Example>& ex : heldout_batches(preset, n, seed, &task)) {
     Batch b = make_batch(ex);
     const torch::Tensor logits = model.forward(b.tokens);  // [B, T, V]
     const torch::Tensor flat_t = b.targets.reshape({-1});
