@@ -30,6 +30,10 @@ namespace phasescope {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+#ifndef PHASESCOPE_GIT_COMMIT
+#define PHASESCOPE_GIT_COMMIT "unknown"
+#endif
+
 namespace {
 
 constexpr int kR = 24;                  // residues: a common multiple of every stride in the grid
@@ -241,6 +245,7 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
   json row = {{"id", run.id()},        {"preset", run.preset},       {"seed", run.seed},
               {"family", run.family},  {"paper", run.paper},         {"tag", run.tag},
               {"steps", trained.step}, {"train_seconds", tr.seconds}};
+  row["commit"] = PHASESCOPE_GIT_COMMIT;  // the build that computed this row (CMakeLists.txt)
   const AttnConfig& a0 = trained.preset.model.layers[0];
   row["kind"] = attn_kind_name(a0.kind);
   row["S"] = attn_stride(a0);
@@ -818,6 +823,7 @@ StudyResult study_run(const StudyOptions& opt) {
   s["grid"] = grid.name;
   s["toy"] = grid.toy;
   s["command"] = opt.command;
+  s["commit"] = PHASESCOPE_GIT_COMMIT;  // of this aggregate; each row records its own
   s["seeds"] = opt.seeds;
   s["kv_bytes"] = {{"context", kKvContext}, {"bytes_per_value", kKvBytes}};
   s["runs"] = runs;
