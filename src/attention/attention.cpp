@@ -284,27 +284,38 @@ torch::Tensor AttentionImpl::forward_rows(const torch::Tensor& x, int64_t pos0, 
   return forward(x, pos0).reshape({-1, cfg_.d_model}).index_select(0, rows);
 }
 
+// Full / window / chunked projections of x [B, T, d] at positions pos [T]: queries [B, T, H, D] and keys
+// [B, T, Hkv, D] with the Q/K RMSNorm (when configured) and RoPE, values [B, T, Hkv, D] as projected.
+// forward, prefill and decode all call these.
+torch::Tensor AttentionImpl::mha_queries(const torch::Tensor& x, const torch::Tensor& pos) {
+  const AttnConfig& c = cfg_;
+  auto q = matmul_wt(x, param("wq")).view({x.size(0), x.size(1), c.n_heads, c.head_dim});
+  if (c.qk_norm) q = rms_norm(q, param("q_norm"), c.norm_eps);
+  return rope_apply(q, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+}
+
+std::pair<torch::Tensor, torch::Tensor> AttentionImpl::mha_keys_values(const torch::Tensor& x,
+                                                                       const torch::Tensor& pos) {
+  const AttnConfig& c = cfg_;
+  const int64_t B = x.size(0), T = x.size(1), Hkv = c.n_kv_heads, D = c.head_dim;
+  auto k = matmul_wt(x, param("wk")).view({B, T, Hkv, D});
+  if (c.qk_norm) k = rms_norm(k, param("k_norm"), c.norm_eps);
+  return {rope_apply(k, pos, attn_rope_inv_freq(c, attn_rope_dims(c))),
+          matmul_wt(x, param("wv")).view({B, T, Hkv, D})};
+}
+
 torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, AttnTrace* trace,
                                          const torch::Tensor& rows) {
   const AttnConfig& c = cfg_;
-  const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+  const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.head_dim;
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   auto pos = torch::arange(pos0, pos0 + T, iopt);  // [T]
-  auto qn = c.qk_norm ? param("q_norm") : torch::Tensor();
-  auto kn = c.qk_norm ? param("k_norm") : torch::Tensor();
-  auto rms_norm_opt = [&](const torch::Tensor& t, const torch::Tensor& w) {  // Q/K norm only when configured
-    return w.defined() ? rms_norm(t, w, c.norm_eps) : t;
-  };
 
   // raw projections: q [B, T, H, D] (with rows: [1, N, H, D] at the rows' positions), k / v [B, T, Hkv, D]
   auto xq = rows.defined() ? x.reshape({B * T, c.d_model}).index_select(0, rows).unsqueeze(0)
                            : x;  // [1, N, d] or x
-  auto q =
-      rope_apply(rms_norm_opt(matmul_wt(xq, param("wq")).view({xq.size(0), xq.size(1), H, D}), qn),
-                 rows.defined() ? rows.remainder(T) + pos0 : pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
-  auto k = rope_apply(rms_norm_opt(matmul_wt(x, param("wk")).view({B, T, Hkv, D}), kn), pos,
-                      attn_rope_inv_freq(c, attn_rope_dims(c)));
-  auto v = matmul_wt(x, param("wv")).view({B, T, Hkv, D});
+  auto q = mha_queries(xq, rows.defined() ? rows.remainder(T) + pos0 : pos);
+  auto [k, v] = mha_keys_values(x, pos);
 
   LocalSpec local;
   torch::Tensor kc, vc, entry_last;
@@ -438,10 +449,7 @@ torch::Tensor AttentionImpl::prefill(const torch::Tensor& x, AttnCache* cache) {
   keep_from = std::clamp<int64_t>(keep_from, 0, T);
   auto xr = x.narrow(1, keep_from, T - keep_from);  // [B, n_raw, d]
   auto pos = torch::arange(keep_from, T, iopt);
-  auto kraw = matmul_wt(xr, param("wk")).view({B, T - keep_from, Hkv, D});
-  if (c.qk_norm) kraw = rms_norm(kraw, param("k_norm"), c.norm_eps);
-  C.k = rope_apply(kraw, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
-  C.v = matmul_wt(xr, param("wv")).view({B, T - keep_from, Hkv, D});
+  std::tie(C.k, C.v) = mha_keys_values(xr, pos);
   C.raw_from = keep_from;
   return out;
 }
@@ -455,15 +463,8 @@ torch::Tensor AttentionImpl::decode(const torch::Tensor& x, AttnCache* cache) {
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   auto pos = torch::full({1}, p, iopt);
   // this token's query, key and value at position p
-  auto q = matmul_wt(x, param("wq")).view({B, 1, H, D});
-  auto k = matmul_wt(x, param("wk")).view({B, 1, Hkv, D});
-  if (c.qk_norm) {
-    q = rms_norm(q, param("q_norm"), c.norm_eps);
-    k = rms_norm(k, param("k_norm"), c.norm_eps);
-  }
-  q = rope_apply(q, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
-  k = rope_apply(k, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
-  auto v = matmul_wt(x, param("wv")).view({B, 1, Hkv, D});
+  auto q = mha_queries(x, pos);           // [B, 1, H, D]
+  auto [k, v] = mha_keys_values(x, pos);  // [B, 1, Hkv, D] each
   C.k = torch::cat({C.k, k}, 1);
   C.v = torch::cat({C.v, v}, 1);
   // a chunked entry that this token completes: entry j = entries, tokens [j*S, j*S + W)

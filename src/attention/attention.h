@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "attention/config.h"
 #include "attention/reference.h"
@@ -92,6 +93,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace);
 
   torch::Tensor output(const torch::Tensor& o);  // o [B, T, H, D] -> hook -> W_o -> [B, T, d]
+  torch::Tensor mha_queries(const torch::Tensor& x, const torch::Tensor& pos);
+  std::pair<torch::Tensor, torch::Tensor> mha_keys_values(const torch::Tensor& x, const torch::Tensor& pos);
   void chunked_entries(const torch::Tensor& xg, const torch::Tensor& jj, torch::Tensor* kc, torch::Tensor* vc,
                        torch::Tensor* alpha_k, torch::Tensor* alpha_v);
 

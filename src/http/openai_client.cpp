@@ -128,33 +128,40 @@ CompletionChoice completion_reply_parse(const std::string& body) {
   return out;
 }
 
+std::vector<ServedModel> served_models_parse(const std::string& body, bool* listed) {
+  const json j = json_parse_bounded(body);
+  std::vector<ServedModel> out;
+  *listed = j.is_object() && j.contains("data") && j["data"].is_array();
+  if (!*listed) return out;
+  for (const json& m : j["data"]) {
+    if (!m.is_object()) continue;
+    ServedModel s;
+    if (m.contains("id") && m["id"].is_string()) s.id = m["id"].get<std::string>();
+    if (m.contains("max_model_len") && m["max_model_len"].is_number_integer())
+      s.max_model_len = m["max_model_len"].get<int64_t>();
+    if (m.contains("token_space") && m["token_space"].is_object()) {
+      const json& t = m["token_space"];
+      auto count = [&](const char* k) {
+        return t.contains(k) && t[k].is_number_integer() ? std::max<int64_t>(0, t[k].get<int64_t>()) : 0;
+      };
+      s.token_space.fillers = int(std::min<int64_t>(count("fillers"), 1 << 20));
+      s.token_space.keys = int(std::min<int64_t>(count("keys"), 1 << 20));
+      s.token_space.names = int(std::min<int64_t>(count("names"), 1 << 20));
+      s.token_space.present = s.token_space.fillers > 0 && s.token_space.keys > 0 && s.token_space.names > 0;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 std::vector<ServedModel> served_models(HttpPool& pool) {
   std::vector<ServedModel> out;
   bool listed = false;
   const HttpReply r = pool.get("/v1/models", [&](const std::string& body) {
-    const json j = json_parse_bounded(body);
-    if (!j.is_object() || !j.contains("data") || !j["data"].is_array())
-      throw std::runtime_error("the reply has no \"data\" list");
-    for (const json& m : j["data"]) {
-      if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
-      ServedModel s;
-      s.id = m["id"].get<std::string>();
-      if (m.contains("max_model_len") && m["max_model_len"].is_number_integer())
-        s.max_model_len = m["max_model_len"].get<int64_t>();
-      if (m.contains("token_space") && m["token_space"].is_object()) {
-        const json& t = m["token_space"];
-        auto count = [&](const char* k) {
-          return t.contains(k) && t[k].is_number_integer() ? std::max<int64_t>(0, t[k].get<int64_t>()) : 0;
-        };
-        s.token_space.fillers = int(std::min<int64_t>(count("fillers"), 1 << 20));
-        s.token_space.keys = int(std::min<int64_t>(count("keys"), 1 << 20));
-        s.token_space.names = int(std::min<int64_t>(count("names"), 1 << 20));
-        s.token_space.present =
-            s.token_space.fillers > 0 && s.token_space.keys > 0 && s.token_space.names > 0;
-      }
-      out.push_back(s);
-    }
-    listed = true;
+    out = served_models_parse(body, &listed);
+    if (!listed) throw std::runtime_error("the reply has no \"data\" list");
+    out.erase(std::remove_if(out.begin(), out.end(), [](const ServedModel& m) { return m.id.empty(); }),
+              out.end());  // a model without a name cannot be asked for
   });
   if (!r.ok || !listed)
     fail("GET /v1/models at " + pool.describe(), r.error,
@@ -235,13 +242,11 @@ int64_t HttpBackend::context_length() {
   }
   // vLLM: /v1/models data[].max_model_len; llama-server: /props default_generation_settings.n_ctx
   int64_t found = -1;
+  // (this model's entry, else the first that lists one)
   pool_.get("/v1/models", [&](const std::string& body) {
-    const json j = json_parse_bounded(body);
-    if (!j.contains("data") || !j["data"].is_array()) return;
-    for (const json& m : j["data"])
-      if (m.is_object() && m.contains("max_model_len") && m["max_model_len"].is_number_integer() &&
-          (found < 0 || m.value("id", std::string()) == opt_.model))
-        found = m["max_model_len"].get<int64_t>();
+    bool has_list = false;
+    for (const ServedModel& m : served_models_parse(body, &has_list))
+      if (m.max_model_len > 0 && (found < 0 || m.id == opt_.model)) found = m.max_model_len;
   });
   if (found < 0)
     pool_.get("/props", [&](const std::string& body) {

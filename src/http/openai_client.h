@@ -77,6 +77,10 @@ struct ServedModel {
   int64_t max_model_len = 0;  // 0: not listed (llama-server)
   ServedTokenSpace token_space;
 };
+// A /v1/models reply body -> its models (id "" where an entry has none); *listed = whether it holds a
+// "data" list at all. Throws
+// JsonInputError when the body is not JSON.
+std::vector<ServedModel> served_models_parse(const std::string& body, bool* listed);
 // GET /v1/models. Throws Error (naming the URL) when the server does not answer it with a list.
 std::vector<ServedModel> served_models(HttpPool& pool);
 // The model to probe: `wanted` when given (and listed, if the server lists models), else the server's

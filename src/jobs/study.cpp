@@ -636,8 +636,8 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
     for (const json& r : study["runs"]) {
       std::string paper = "";
       for (const PaperRun& pr : paper_runs())
-        if (pr.preset == r["preset"] && pr.seed == r["seed"].get<uint64_t>() && r["protocol"] == "prefix" &&
-            r["run"].get<std::string>().find('-', r["preset"].get<std::string>().size()) == std::string::npos)
+        if (r["run"] == StudyRun{pr.preset, pr.seed, "", "", "", nullptr}.id() &&
+            r["protocol"] == "prefix")  // untagged runs
           paper = fmt::format("{:.3f} / {:.1f} / {:.1f} / {:.1f}", pr.val_loss, pr.mean, pr.worst, pr.gap);
       t.push_back({r["run"].get<std::string>(), r["protocol"].get<std::string>(),
                    fmt::format("{:.3f}", num(r, "val_loss")),
@@ -734,6 +734,17 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
 }
 
 }  // namespace
+
+void study_shard_parse(const std::string& text, StudyOptions* opt) {
+  const size_t slash = text.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    opt->shard_k = std::stoi(text.substr(0, slash));
+    opt->shard_n = std::stoi(text.substr(slash + 1));
+  } catch (const std::exception&) {
+    fail("--shard " + text, "is not K/N", "pass --shard 1/2 (the first of two shards)");
+  }
+}
 
 StudyResult study_run(const StudyOptions& opt) {
   const StudyGrid grid = study_grid(opt.grid, opt.seeds);

@@ -65,6 +65,9 @@ struct StudyResult {
   std::string out;
 };
 
+// "K/N" -> opt->shard_k, opt->shard_n (Error naming --shard when it is not K/N; study_run checks the range).
+void study_shard_parse(const std::string& text, StudyOptions* opt);
+
 // Run this shard's runs that have no row yet, then aggregate every row under out/runs/.
 StudyResult study_run(const StudyOptions& opt);
 

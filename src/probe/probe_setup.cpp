@@ -22,6 +22,8 @@ ProbeConnection probe_connect(const ProbeConnectOptions& o) {
   c.model = served_model_choose(listed, o.api.model, c.pool->describe());
   OpenAIOptions api = o.api;
   api.model = c.model.id;
+  // the context the listing already gave (the backend would GET /v1/models again for it)
+  if (api.max_context == 0 && c.model.max_model_len > 0) api.max_context = c.model.max_model_len;
   if (o.echo_on_phasescope && c.model.token_space.present) api.echo = true;
   if (!o.tokenizer_path.empty())
     c.tokens = local_tokenizer_open(o.tokenizer_path);

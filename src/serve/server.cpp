@@ -58,6 +58,23 @@ thread_local bool t_request_deadline_hit = false;  // this connection's request 
 thread_local bool t_close_after_reply = false;     // the request could not be read whole: close after it
 thread_local bool t_large_exchange = false;        // a body or reply over 1 MiB went through this thread
 
+// Answer a request that could not be read whole (or will not be read) and close its connection after
+// the reply: what follows on it is the rest of this request, not another one.
+void refuse_and_close(httplib::Response& res, const ApiError& e) {
+  send_error(res, e);
+  res.set_header("Connection", "close");
+  t_close_after_reply = true;
+}
+
+ApiError request_too_large(const std::string& what) {
+  return ApiError(
+      413,
+      fmt::format("{} is more than this server reads ({} bytes); send a shorter prompt (token ids: "
+                  "at most max_model_len of them)",
+                  what, kMaxBodyBytes),
+      "", "request_too_large");
+}
+
 // A socket stream for httplib's request parser: buffered reads that share one deadline per request,
 // writes bounded by the write timeout.
 class RequestStream : public httplib::Stream {
@@ -333,16 +350,10 @@ struct Server::Impl {
           refusal =
               ApiError(400, fmt::format("Content-Length '{}' is not a byte count", v), "", "bad_request");
         else if (len > kMaxBodyBytes)
-          refusal = ApiError(413,
-                             fmt::format("Content-Length {} is more than this server reads ({} bytes); send "
-                                         "a shorter prompt (token ids: at most max_model_len of them)",
-                                         len, kMaxBodyBytes),
-                             "", "request_too_large");
+          refusal = request_too_large(fmt::format("Content-Length {}", len));
       }
       if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
-      send_error(r, *refusal);
-      r.set_header("Connection", "close");
-      t_close_after_reply = true;
+      refuse_and_close(r, *refusal);
       return httplib::Server::HandlerResponse::Handled;
     });
     http.Post("/v1/completions",
@@ -375,39 +386,32 @@ struct Server::Impl {
         send_error(r, ApiError(405, fmt::format("{} takes GET", p), "", "method_not_allowed"));
       });
     // unknown paths (and any other error status without a body): an error object too
-    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& q,
-                                                                   httplib::Response& r) {
-      if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      if (r.status == 413) {
-        t_close_after_reply = true;
-        r.set_header("Connection", "close");
-        send_error(r, ApiError(413,
-                               fmt::format("the request body is larger than {} bytes; send a shorter prompt "
-                                           "(token ids: at most max_model_len of them)",
-                                           kMaxBodyBytes),
-                               "", "request_too_large"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      if (r.status == 408 || r.status == 400) {
-        if (t_request_deadline_hit) r.status = 408;  // a read failed because the request's time ran out
-        t_close_after_reply = true;
-        r.set_header("Connection", "close");
-        send_error(r, ApiError(r.status,
-                               r.status == 408
-                                   ? "the request did not arrive whole in time (serve --timeout-s); send "
-                                     "the whole request, with as many body bytes as its Content-Length"
-                                   : "the HTTP request could not be read (headers, length, body)",
-                               "", r.status == 408 ? "request_timeout" : "bad_request"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      send_error(r, ApiError(r.status,
-                             fmt::format("{} {} is not an endpoint of this server (POST /v1/completions, "
-                                         "POST /v1/chat/completions, GET /v1/models, POST /tokenize, "
-                                         "POST /detokenize, GET /health)",
-                                         q.method, q.path),
-                             "", r.status == 404 ? "not_found" : ""));
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request& q, httplib::Response& r) {
+          if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          if (r.status == 413) {
+            refuse_and_close(r, request_too_large("the request body"));
+            return httplib::Server::HandlerResponse::Handled;
+          }
+          if (r.status == 408 || r.status == 400) {
+            if (t_request_deadline_hit) r.status = 408;  // a read failed because the request's time ran out
+            refuse_and_close(
+                r, ApiError(r.status,
+                            r.status == 408
+                                ? "the request did not arrive whole in time (serve --timeout-s); send "
+                                  "the whole request, with as many body bytes as its Content-Length"
+                                : "the HTTP request could not be read (headers, length, body)",
+                            "", r.status == 408 ? "request_timeout" : "bad_request"));
+            return httplib::Server::HandlerResponse::Handled;
+          }
+          send_error(r, ApiError(r.status,
+                                 fmt::format("{} {} is not an endpoint of this server (POST /v1/completions, "
+                                             "POST /v1/chat/completions, GET /v1/models, POST /tokenize, "
+                                             "POST /detokenize, GET /health)",
+                                             q.method, q.path),
+                                 "", r.status == 404 ? "not_found" : ""));
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     http.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr) {
       send_error(r, ApiError(500, "internal error while handling the request", "", "internal_error"));
     });

@@ -4,7 +4,6 @@
 
 #include <iostream>
 
-#include "core/check.h"
 #include "core/runtime.h"
 #include "jobs/study.h"
 #include "tools/commands.h"
@@ -41,15 +40,8 @@ void add_study_command(CLI::App& app) {
                 "redo this shard's runs from scratch (default: resume; a run with a row is done)");
   cmd->add_flag("--report-only", *report_only, "run nothing: aggregate the rows that exist");
   cmd->add_flag("!--no-report", opt->report, "skip the plots and report.html");
-  cmd->callback([opt, shard, report_only, cmd] {
-    const size_t slash = shard->find('/');
-    try {
-      if (slash == std::string::npos) throw std::invalid_argument("no slash");
-      opt->shard_k = std::stoi(shard->substr(0, slash));
-      opt->shard_n = std::stoi(shard->substr(slash + 1));
-    } catch (const std::exception&) {
-      fail("--shard " + *shard, "is not K/N", "pass --shard 1/2 (the first of two shards)");
-    }
+  cmd->callback([opt, shard, report_only] {
+    study_shard_parse(*shard, opt.get());
     opt->run = !*report_only;
     opt->command = "phasescope study --grid " + opt->grid + " --shard " + *shard;
     opt->log = &std::cout;
