@@ -126,20 +126,35 @@ TEST(KvMemory, CountsFollowTheDesign) {
   EXPECT_EQ(attn_kv_memory(hca, 1280).entry_values, 10 * 64);
 }
 
-// the quick grid at toy size, split in two shards, then resumed
-TEST(Study, QuickGridInShardsThenResumed) {
-  const std::string out = testutil::tmp_dir("study_quick");
+// the quick grid at toy size: two shard processes into two folders, merged, equal one process; resumed
+TEST(Study, QuickGridShardsMergedEqualOneProcess) {
+  const std::string a_dir = testutil::tmp_dir("study_quick_a"), b_dir = testutil::tmp_dir("study_quick_b"),
+                    merged_dir = testutil::tmp_dir("study_quick_merged"),
+                    one_dir = testutil::tmp_dir("study_quick_one");
   StudyOptions o;
   o.grid = "quick";
-  o.out = out;
-  o.report = true;
-  o.shard_k = 1, o.shard_n = 2;
+  o.report = false;
+  o.out = a_dir, o.shard_k = 1, o.shard_n = 2;
   StudyResult a = study_run(o);
   EXPECT_FALSE(a.missing.empty());  // the other shard's runs
-  o.shard_k = 2;
+  o.out = b_dir, o.shard_k = 2;
   StudyResult b = study_run(o);
-  EXPECT_TRUE(b.missing.empty());
-  const json& s = b.study;
+  EXPECT_FALSE(b.missing.empty());
+
+  StudyOptions m = o;
+  m.out = merged_dir, m.run = false, m.report = true, m.merge = {a_dir, b_dir};
+  StudyResult merged = study_run(m);
+  EXPECT_TRUE(merged.missing.empty());
+  EXPECT_EQ(merged.merged, int(a.study["runs"].size() + b.study["runs"].size()) / 2);
+
+  StudyOptions one = o;
+  one.out = one_dir, one.shard_k = 1, one.shard_n = 1;
+  StudyResult c = study_run(one);
+  EXPECT_TRUE(c.missing.empty());
+  EXPECT_EQ(merged.study["runs"], c.study["runs"]);  // the same numbers, run for run
+  EXPECT_EQ(merged.study["findings"].dump(), c.study["findings"].dump());  // dump: NaN figures compare
+
+  const json& s = merged.study;
   const StudyGrid g = study_grid("quick", o.seeds);
   ASSERT_EQ(s["runs"].size(), 2 * g.runs.size());  // one row per run and protocol
   for (const json& r : s["runs"]) {
@@ -150,6 +165,7 @@ TEST(Study, QuickGridInShardsThenResumed) {
       EXPECT_GE(r[k].get<double>(), 0.0);
       EXPECT_LE(r[k].get<double>(), 1.0);
     }
+    EXPECT_EQ(r["n"].get<int64_t>(), 48 * 24);  // toy default: 48 prompts per residue
     EXPECT_GT(r["val_loss"].get<double>(), 0.0);
     EXPECT_GT(r["kv_bytes_per_token"].get<double>(), 0.0);
   }
@@ -159,15 +175,48 @@ TEST(Study, QuickGridInShardsThenResumed) {
     EXPECT_TRUE(verdict == "holds" || verdict == "does not hold" || verdict == "inconclusive") << verdict;
     EXPECT_FALSE(f["rule"].get<std::string>().empty());
   }
-  EXPECT_TRUE(fs::exists(out + "/report.html"));
-  EXPECT_TRUE(fs::exists(out + "/runs.csv"));
+  EXPECT_TRUE(fs::exists(merged_dir + "/report.html"));
+  EXPECT_TRUE(fs::exists(merged_dir + "/runs.csv"));
   // resumed: every run has its row, nothing is trained or scored again
-  const std::string row = io_read_text(out + "/runs/w8s8-1kv@42/row.json");
-  o.shard_k = 1, o.shard_n = 1;
-  StudyResult c = study_run(o);
-  EXPECT_TRUE(c.missing.empty());
-  EXPECT_EQ(io_read_text(out + "/runs/w8s8-1kv@42/row.json"), row);
-  EXPECT_EQ(c.study["runs"], s["runs"]);
+  const std::string row = io_read_text(one_dir + "/runs/w8s8-1kv@42/row.json");
+  StudyResult again = study_run(one);
+  EXPECT_TRUE(again.missing.empty());
+  EXPECT_EQ(io_read_text(one_dir + "/runs/w8s8-1kv@42/row.json"), row);
+  EXPECT_EQ(again.study["runs"], c.study["runs"]);
+  // merging a folder that is not a study's output is refused, naming it
+  StudyOptions bad = m;
+  bad.merge = {testutil::tmp_dir("study_not_a_study")};
+  EXPECT_THROW(study_run(bad), Error);
+}
+
+// a row scored on fewer prompts than asked is evaluated again on the trained model, its training kept
+TEST(Study, RowOnFewerPromptsIsEvaluatedAgain) {
+  const std::string dir = testutil::tmp_dir("study_upgrade");
+  const std::string grid = dir + "/grid.json";
+  io_write_atomic(grid, R"({"name": "one", "toy": true, "runs": [{"preset": "w8s8-1kv", "seed": 42}]})");
+  StudyOptions o;
+  o.grid = grid;
+  o.out = dir + "/out";
+  o.report = false;
+  o.samples = 1152;
+  const StudyResult first_run = study_run(o);
+  ASSERT_TRUE(first_run.failed.empty()) << first_run.failed[0].second;
+  const std::string row_path = o.out + "/runs/w8s8-1kv@42/row.json";
+  const json first = json::parse(io_read_text(row_path));
+  EXPECT_EQ(first["protocols"]["prefix"]["n"].get<int64_t>(), 1152);
+  o.samples = 2304;
+  StudyResult r = study_run(o);
+  const json second = json::parse(io_read_text(row_path));
+  EXPECT_EQ(second["protocols"]["prefix"]["n"].get<int64_t>(), 2304);
+  EXPECT_EQ(second["protocols"]["in-sequence"]["n"].get<int64_t>(), 2304);
+  EXPECT_EQ(second["upgraded_from_samples"].get<int64_t>(), 1152);
+  EXPECT_EQ(second["train_seconds"], first["train_seconds"]);
+  EXPECT_EQ(second["val_loss"], first["val_loss"]);  // the same trained model
+  EXPECT_EQ(second["explain"], first["explain"]);
+  // asking for fewer than the row has changes nothing
+  o.samples = 1152;
+  study_run(o);
+  EXPECT_EQ(json::parse(io_read_text(row_path)), second);
 }
 
 }  // namespace

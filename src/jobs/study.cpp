@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <map>
 #include <ostream>
+#include <limits>
 #include <set>
+
+#include <ATen/Parallel.h>
 
 #include "attention/kv_memory.h"
 #include "core/check.h"
@@ -230,6 +233,20 @@ json explain_row(const ExplainResults& x) {
           {"gates", gates}, {"cycling", cyc},       {"cycling_note", x.cycling_note}};
 }
 
+// Evaluation prompts per run and protocol: 192 per residue (the floor: a flat model's noise-only
+// gap is then ~12 points at 20% accuracy), 48 at toy size.
+int64_t study_samples(const StudyOptions& opt, const StudyGrid& grid) {
+  return opt.samples > 0 ? opt.samples : (grid.toy ? 48 : 192) * kR;
+}
+
+// The fewest prompts any protocol of a row was scored on (0 for a row without protocols).
+int64_t row_min_samples(const json& row) {
+  int64_t n = std::numeric_limits<int64_t>::max();
+  if (!row.contains("protocols") || row["protocols"].empty()) return 0;
+  for (const auto& [k, p] : row["protocols"].items()) n = std::min<int64_t>(n, p.value("n", int64_t(0)));
+  return n;
+}
+
 // Train, evaluate and explain one run (each stage resumes), then write its row.
 json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& opt, const std::string& dir) {
   std::ostream* log = opt.log;
@@ -246,6 +263,7 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
               {"family", run.family},  {"paper", run.paper},         {"tag", run.tag},
               {"steps", trained.step}, {"train_seconds", tr.seconds}};
   row["commit"] = PHASESCOPE_GIT_COMMIT;  // the build that computed this row (CMakeLists.txt)
+  row["threads"] = at::get_num_threads();  // training is bit-reproducible for a fixed thread count
   const AttnConfig& a0 = trained.preset.model.layers[0];
   row["kind"] = attn_kind_name(a0.kind);
   row["S"] = attn_stride(a0);
@@ -258,7 +276,7 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
     row["val_loss"] = heldout_loss(*m.model, m.preset, grid.toy ? 64 : 512, 20261204);
   }
 
-  const int64_t samples = opt.samples > 0 ? opt.samples : 48 * kR;
+  const int64_t samples = study_samples(opt, grid);
   json protocols = json::object();
   for (PadProtocol protocol : {PadProtocol::Prefix, PadProtocol::InSequence}) {
     LoadedModel m = trained;
@@ -268,7 +286,10 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
     eo.bootstrap = 2000;
     eo.log_layout = false;
     ModelBackend backend(std::move(m), run.id());
-    const std::string eval_dir = (fs::path(dir) / "eval" / pad_protocol_name(protocol)).string();
+    // the folder names the prompt count: a row upgraded to more prompts scores them in a new journal
+    // (the layout, hence the journal's identity, depends on the count) and the old one is kept
+    const std::string eval_dir =
+        (fs::path(dir) / "eval" / fmt::format("{}-n{}", pad_protocol_name(protocol), samples)).string();
     const EvalResults r = run_eval(backend, eo, eval_dir);
     protocols[pad_protocol_name(protocol)] = protocol_row(r);
   }
@@ -733,7 +754,48 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
   report_write(doc, (fs::path(out) / "report.html").string());
 }
 
+std::string fmt_duration(double seconds) {
+  if (seconds < 90) return fmt::format("{:.0f} s", seconds);
+  if (seconds < 5400) return fmt::format("{:.0f} min", seconds / 60);
+  return fmt::format("{:.1f} h", seconds / 3600);
+}
+
 }  // namespace
+
+int study_merge_rows(const std::string& from, const std::string& out, std::ostream* log) {
+  const fs::path src = fs::path(from) / "runs";
+  if (!fs::is_directory(src))
+    fail(from, "has no runs/ folder: it is not a study output folder",
+         "pass the --out folder of another study invocation (it holds runs/<id>/row.json)");
+  if (fs::equivalent(fs::path(from), fs::path(out))) return 0;
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.is_directory()) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  int copied = 0;
+  for (const fs::path& d : dirs) {
+    const fs::path row = d / "row.json";
+    if (!fs::exists(row)) continue;  // unfinished there: it resumes where it was started
+    const std::string text = io_read_text(row.string(), "");
+    const std::string fix = "delete " + row.string() + " (that run is redone) or leave it out of --merge";
+    const json j = json_parse_or_fail(text, row.string(), fix);
+    if (!j.contains("id") || j["id"] != d.filename().string())
+      fail(row.string(), "its id does not match its folder " + d.filename().string(), fix);
+    const fs::path dst = fs::path(out) / "runs" / d.filename() / "row.json";
+    if (fs::exists(dst)) {
+      const json have = json::parse(io_read_text(dst.string(), ""), nullptr, false);
+      if (have != j && log)
+        *log << fmt::format("merge: {} has a row here already; kept it, not the one in {}\n",
+                            d.filename().string(), from);
+      continue;
+    }
+    io_make_dirs(dst.parent_path().string());
+    io_write_atomic(dst.string(), text);
+    ++copied;
+  }
+  if (log) *log << fmt::format("merge: {} rows copied from {}\n", copied, from);
+  return copied;
+}
 
 void study_shard_parse(const std::string& text, StudyOptions* opt) {
   const size_t slash = text.find('/');
@@ -757,25 +819,62 @@ StudyResult study_run(const StudyOptions& opt) {
   std::ostream* log = opt.log;
   const auto t0 = std::chrono::steady_clock::now();
 
-  // this shard's runs that have no row yet
+  // rows finished elsewhere (other shards' output folders): copied in, never recomputed
+  for (const std::string& from : opt.merge) res.merged += study_merge_rows(from, res.out, log);
+
+  // this shard's runs that have no row yet (or a row scored on fewer prompts than asked)
   if (opt.run) {
+    const int64_t samples = study_samples(opt, grid);
     std::vector<size_t> todo;
     for (size_t i = 0; i < grid.runs.size(); ++i)
       if (int(i % size_t(opt.shard_n)) == opt.shard_k - 1) todo.push_back(i);
-    int done = 0;
+    // expected wall time: the median wall time of the rows there are (trained on this grid's recipe),
+    // else a first guess per run; refined after every run this invocation finishes
+    std::vector<double> walls;
+    int to_run = 0;
+    for (const StudyRun& run : grid.runs) {
+      const std::string row_path = (fs::path(res.out) / "runs" / run.id() / "row.json").string();
+      if (!fs::exists(row_path)) continue;
+      const json row = json::parse(io_read_text(row_path, ""), nullptr, false);
+      if (!row.is_discarded() && row.contains("wall_seconds")) walls.push_back(num(row, "wall_seconds"));
+    }
+    for (size_t i : todo) {
+      const std::string row_path = (fs::path(res.out) / "runs" / grid.runs[i].id() / "row.json").string();
+      to_run += opt.fresh || !fs::exists(row_path);
+    }
+    auto per_run = [&] {
+      if (walls.empty()) return grid.toy ? 20.0 : 600.0;
+      std::vector<double> w = walls;
+      std::nth_element(w.begin(), w.begin() + w.size() / 2, w.end());
+      return w[w.size() / 2];
+    };
+    if (log)
+      *log << fmt::format("{} of this shard's {} runs to train; expected wall time ~{} ({} per run, {})\n",
+                          to_run, todo.size(), fmt_duration(to_run * per_run()), fmt_duration(per_run()),
+                          walls.empty() ? "first guess" : "median of the rows there are");
+    int done = 0, ran = 0;
     for (size_t i : todo) {
       const StudyRun& run = grid.runs[i];
       const std::string dir = (fs::path(res.out) / "runs" / run.id()).string();
       const std::string row_path = (fs::path(dir) / "row.json").string();
       ++done;
       if (opt.fresh) fs::remove_all(dir);
+      json old_row;
       if (fs::exists(row_path)) {
-        if (log) *log << fmt::format("[{}/{}] {}: done (row.json)\n", done, todo.size(), run.id());
-        continue;
+        old_row = json::parse(io_read_text(row_path, ""), nullptr, false);
+        if (!old_row.is_discarded() && row_min_samples(old_row) >= samples) {
+          if (log) *log << fmt::format("[{}/{}] {}: done (row.json)\n", done, todo.size(), run.id());
+          continue;
+        }
       }
+      const bool upgrade = !old_row.is_null() && !old_row.is_discarded();
       if (log) {
-        *log << fmt::format("[{}/{}] {}: train, evaluate (prefix, in-sequence), explain -> {}\n", done,
-                            todo.size(), run.id(), dir);
+        *log << fmt::format("[{}/{}] {}: {} -> {}\n", done, todo.size(), run.id(),
+                            upgrade ? fmt::format("row scored on {} prompts: evaluate again on {} (the trained "
+                                                  "model is reused)",
+                                                  row_min_samples(old_row), samples)
+                                    : std::string("train, evaluate (prefix, in-sequence), explain"),
+                            dir);
         log->flush();
       }
       const auto r0 = std::chrono::steady_clock::now();
@@ -789,13 +888,27 @@ StudyResult study_run(const StudyOptions& opt) {
         if (log) *log << fmt::format("    FAILED: {}\n", e.what());
         continue;
       }
-      row["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+      row["wall_seconds"] = wall;
+      if (upgrade) {  // training happened in the earlier invocation: keep its time and binary
+        row["train_seconds"] = old_row.value("train_seconds", 0.0);
+        row["wall_seconds"] = old_row.value("train_seconds", 0.0) + wall;
+        row["train_commit"] = old_row.value("train_commit", old_row.value("commit", std::string("unknown")));
+        row["train_threads"] = old_row.value("train_threads", old_row.value("threads", json()));
+        row["upgraded_from_samples"] = row_min_samples(old_row);
+      }
       io_write_atomic(row_path, row.dump(1) + "\n");
+      if (!upgrade) {
+        walls.push_back(wall);
+        ++ran;
+      }
       if (log) {
         const json& p = row["protocols"]["prefix"];
-        *log << fmt::format("    prefix: mean {} worst {} gap {} period {}; val loss {:.3f}; {:.0f} s\n",
-                            pct(num(p, "mean")), pct(num(p, "worst")), pct(num(p, "gap")),
-                            p["period"].get<int>(), num(row, "val_loss"), num(row, "wall_seconds"));
+        const int left = to_run - ran;
+        *log << fmt::format(
+            "    prefix: mean {} worst {} gap {} period {}; val loss {:.3f}; {:.0f} s; {} runs left, ETA {}\n",
+            pct(num(p, "mean")), pct(num(p, "worst")), pct(num(p, "gap")), p["period"].get<int>(),
+            num(row, "val_loss"), wall, left, fmt_duration(std::max(0, left) * per_run()));
         log->flush();
       }
     }

@@ -53,7 +53,9 @@ struct StudyOptions {
   bool fresh = false;            // redo every run of this shard from scratch (rows, checkpoints, journals)
   bool run = true;               // false: only aggregate the rows that exist (--report-only)
   bool report = true;            // PNG plots and report.html (needs gnuplot)
-  int64_t samples = 0;           // evaluation prompts per protocol (0: 1152 = 48 per residue, R = 24)
+  int64_t samples = 0;  // evaluation prompts per protocol (0: 4608 = 192 per residue, R = 24; toy 48 per
+                        // residue). A row scored on fewer is evaluated again (its trained model reused)
+  std::vector<std::string> merge;  // other study output folders whose rows are copied in first
   std::string command;           // the command line, recorded in study.json
   std::ostream* log = nullptr;
 };
@@ -61,12 +63,18 @@ struct StudyOptions {
 struct StudyResult {
   nlohmann::json study;                                     // what study.json holds
   std::vector<std::string> missing;                         // run ids without a row
+  int merged = 0;                                           // rows copied in by --merge
   std::vector<std::pair<std::string, std::string>> failed;  // (run id, error) of runs that threw here
   std::string out;
 };
 
 // "K/N" -> opt->shard_k, opt->shard_n (Error naming --shard when it is not K/N; study_run checks the range).
 void study_shard_parse(const std::string& text, StudyOptions* opt);
+
+// Copy the rows of another study output folder (from/runs/<id>/row.json) into out/runs/ where out has
+// none; a row out already holds is kept. Returns how many were copied; Error naming the folder when it is
+// not a study output. Unfinished runs there are not copied (they resume where they were started).
+int study_merge_rows(const std::string& from, const std::string& out, std::ostream* log);
 
 // Run this shard's runs that have no row yet, then aggregate every row under out/runs/.
 StudyResult study_run(const StudyOptions& opt);

@@ -1,5 +1,5 @@
 // cmd_study.cpp — `phasescope study [--grid paper|quick|FILE.json] [--seeds 42,43,44,45] [--shard K/N]
-// [--out DIR]`: the paper's grid across seeds, resumable and shardable, with the findings judged by code.
+// [--out DIR] [--merge DIR...]`: the paper's grid across seeds, resumable and shardable, with the findings judged by code.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -35,15 +35,21 @@ void add_study_command(CLI::App& app) {
                   "output directory (runs/<id>/, study.json, runs.csv, report.html); default "
                   "runs/study-<grid>");
   cmd->add_option("--samples", opt->samples,
-                  "evaluation prompts per run and protocol (default 1152: 48 per residue)");
+                  "evaluation prompts per run and protocol (default 4608: 192 per residue; toy grids 48 per "
+                  "residue); a row scored on fewer is evaluated again, its trained model reused");
+  cmd->add_option("--merge", opt->merge,
+                  "other study output folders (shards run elsewhere): copy their rows into --out, run "
+                  "nothing, and aggregate")
+      ->expected(1, -1);
   cmd->add_flag("--fresh", opt->fresh,
                 "redo this shard's runs from scratch (default: resume; a run with a row is done)");
   cmd->add_flag("--report-only", *report_only, "run nothing: aggregate the rows that exist");
   cmd->add_flag("!--no-report", opt->report, "skip the plots and report.html");
   cmd->callback([opt, shard, report_only] {
     study_shard_parse(*shard, opt.get());
-    opt->run = !*report_only;
+    opt->run = !*report_only && opt->merge.empty();
     opt->command = "phasescope study --grid " + opt->grid + " --shard " + *shard;
+    for (const std::string& m : opt->merge) opt->command += " --merge " + m;
     opt->log = &std::cout;
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
     const StudyResult r = study_run(*opt);
