@@ -151,7 +151,7 @@ TEST(Study, QuickGridShardsMergedEqualOneProcess) {
   one.out = one_dir, one.shard_k = 1, one.shard_n = 1;
   StudyResult c = study_run(one);
   EXPECT_TRUE(c.missing.empty());
-  EXPECT_EQ(merged.study["runs"], c.study["runs"]);  // the same numbers, run for run
+  EXPECT_EQ(merged.study["runs"], c.study["runs"]);                        // the same numbers, run for run
   EXPECT_EQ(merged.study["findings"].dump(), c.study["findings"].dump());  // dump: NaN figures compare
 
   const json& s = merged.study;

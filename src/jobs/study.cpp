@@ -1,18 +1,17 @@
 // study.cpp — see study.h.
 #include "jobs/study.h"
 
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <ostream>
-#include <limits>
 #include <set>
-
-#include <ATen/Parallel.h>
 
 #include "attention/kv_memory.h"
 #include "core/check.h"
@@ -262,7 +261,7 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
   json row = {{"id", run.id()},        {"preset", run.preset},       {"seed", run.seed},
               {"family", run.family},  {"paper", run.paper},         {"tag", run.tag},
               {"steps", trained.step}, {"train_seconds", tr.seconds}};
-  row["commit"] = PHASESCOPE_GIT_COMMIT;  // the build that computed this row (CMakeLists.txt)
+  row["commit"] = PHASESCOPE_GIT_COMMIT;   // the build that computed this row (CMakeLists.txt)
   row["threads"] = at::get_num_threads();  // training is bit-reproducible for a fixed thread count
   const AttnConfig& a0 = trained.preset.model.layers[0];
   row["kind"] = attn_kind_name(a0.kind);
@@ -870,10 +869,11 @@ StudyResult study_run(const StudyOptions& opt) {
       const bool upgrade = !old_row.is_null() && !old_row.is_discarded();
       if (log) {
         *log << fmt::format("[{}/{}] {}: {} -> {}\n", done, todo.size(), run.id(),
-                            upgrade ? fmt::format("row scored on {} prompts: evaluate again on {} (the trained "
-                                                  "model is reused)",
-                                                  row_min_samples(old_row), samples)
-                                    : std::string("train, evaluate (prefix, in-sequence), explain"),
+                            upgrade
+                                ? fmt::format("row scored on {} prompts: evaluate again on {} (the trained "
+                                              "model is reused)",
+                                              row_min_samples(old_row), samples)
+                                : std::string("train, evaluate (prefix, in-sequence), explain"),
                             dir);
         log->flush();
       }
@@ -906,7 +906,8 @@ StudyResult study_run(const StudyOptions& opt) {
         const json& p = row["protocols"]["prefix"];
         const int left = to_run - ran;
         *log << fmt::format(
-            "    prefix: mean {} worst {} gap {} period {}; val loss {:.3f}; {:.0f} s; {} runs left, ETA {}\n",
+            "    prefix: mean {} worst {} gap {} period {}; val loss {:.3f}; {:.0f} s; {} runs left, ETA "
+            "{}\n",
             pct(num(p, "mean")), pct(num(p, "worst")), pct(num(p, "gap")), p["period"].get<int>(),
             num(row, "val_loss"), wall, left, fmt_duration(std::max(0, left) * per_run()));
         log->flush();

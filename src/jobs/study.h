@@ -56,7 +56,7 @@ struct StudyOptions {
   int64_t samples = 0;  // evaluation prompts per protocol (0: 4608 = 192 per residue, R = 24; toy 48 per
                         // residue). A row scored on fewer is evaluated again (its trained model reused)
   std::vector<std::string> merge;  // other study output folders whose rows are copied in first
-  std::string command;           // the command line, recorded in study.json
+  std::string command;             // the command line, recorded in study.json
   std::ostream* log = nullptr;
 };
 

@@ -1,5 +1,6 @@
 // cmd_study.cpp — `phasescope study [--grid paper|quick|FILE.json] [--seeds 42,43,44,45] [--shard K/N]
-// [--out DIR] [--merge DIR...]`: the paper's grid across seeds, resumable and shardable, with the findings judged by code.
+// [--out DIR] [--merge DIR...]`: the paper's grid across seeds, resumable and shardable, with the findings
+// judged by code.
 #include <fmt/format.h>
 
 #include <iostream>
