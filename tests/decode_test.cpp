@@ -1,9 +1,10 @@
-// decode_test.cpp — the decode path (issue 17) against the whole-sequence forward: for every decodable
-// variant of the attention tests (full, window, chunked with each option: overlap, tied K/V, vector and
-// uniform gates, no gate bias, shared payload, uncompressed tail, sink, partial RoPE, several KV heads),
-// on random fp64 weights, prefill T0 tokens (T0 below W, at and off multiples of S), then decode one
-// token at a time through steps where an entry completes, where the window slides past an entry, and
-// before any entry exists: every step equals the forward's row at that position within 1e-10, and the
+// decode_test.cpp — the decode path (issue 17) against the whole-sequence forward: for every variant of
+// the attention tests (full, window, chunked with each option: overlap, tied K/V, vector and uniform
+// gates, no gate bias, shared payload, uncompressed tail, sink, partial RoPE, several KV heads; DeepSeek
+// CSA with its indexer and overlap, HCA, V4.1 CSA2, window-only), on random weights, prefill T0 tokens
+// (T0 below W or m, at and off multiples of S), then decode one token at a time through steps where an
+// entry completes, where the window slides past an entry, and before any entry exists: every step
+// equals the forward's row at that position (fp64 within 1e-10, fp32 within 1e-5), and the
 // cache holds exactly the values attn_kv_memory counts. The decoder end to end: prefill + decode
 // logits equal forward's (fp64 1e-10, fp32 1e-4).
 #include <gtest/gtest.h>
@@ -21,43 +22,50 @@ namespace {
 using testing::attention_variants;
 using testing::max_abs_diff;
 
-TEST(Decode, EveryDecodableVariantEqualsTheForward) {
-  int checked = 0;
+TEST(Decode, EveryVariantEqualsTheForward) {
+  int checked = 0, variants = 0;
   for (const auto& variant : attention_variants()) {
-    if (!attn_can_decode(variant.cfg)) continue;
-    for (int64_t T0 : {1, 5, 8, 13, 16}) {
-      torch::manual_seed(7);
-      Attention a(variant.cfg);
-      a->to(torch::kFloat64);
-      attention_randomize(*a);
-      const int64_t T = T0 + 27, B = 2;
-      auto x = torch::randn({B, T, variant.cfg.d_model}, torch::kFloat64);
-      torch::NoGradGuard ng;
-      const auto full = a->forward(x, 0);  // [B, T, d]
-      AttnCache cache;
-      const auto pre = a->prefill(x.narrow(1, 0, T0), &cache);
-      EXPECT_LE(max_abs_diff(pre, full.narrow(1, 0, T0)), 1e-10) << variant.name << " prefill " << T0;
-      EXPECT_EQ(cache.values(), attn_kv_memory(variant.cfg, T0).total()) << variant.name << " T0 " << T0;
-      for (int64_t t = T0; t < T; ++t) {
-        const auto y = a->decode(x.narrow(1, t, 1), &cache);  // [B, 1, d]
-        ASSERT_LE(max_abs_diff(y, full.narrow(1, t, 1)), 1e-10)
-            << variant.name << " T0 " << T0 << " step " << t;
-        ASSERT_EQ(cache.values(), attn_kv_memory(variant.cfg, t + 1).total())
-            << variant.name << " at " << t + 1;
-        ASSERT_EQ(cache.pos, t + 1);
+    ASSERT_TRUE(attn_can_decode(variant.cfg)) << variant.name;
+    ++variants;
+    for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+      const double tol = dtype == torch::kFloat64 ? 1e-10 : 1e-5;
+      for (int64_t T0 : {1, 5, 8, 13, 16}) {
+        torch::manual_seed(7);
+        Attention a(variant.cfg);
+        a->to(torch::kFloat64);
+        attention_randomize(*a);
+        a->to(dtype);
+        const int64_t T = T0 + 27, B = 2;
+        auto x = torch::randn({B, T, variant.cfg.d_model}, torch::kFloat64).to(dtype);
+        torch::NoGradGuard ng;
+        const auto full = a->forward(x, 0);  // [B, T, d]
+        AttnCache cache;
+        const auto pre = a->prefill(x.narrow(1, 0, T0), &cache);
+        EXPECT_LE(max_abs_diff(pre, full.narrow(1, 0, T0)), tol) << variant.name << " prefill " << T0;
+        EXPECT_EQ(cache.values(), attn_kv_memory(variant.cfg, T0).total()) << variant.name << " T0 " << T0;
+        for (int64_t t = T0; t < T; ++t) {
+          const auto y = a->decode(x.narrow(1, t, 1), &cache);  // [B, 1, d]
+          ASSERT_LE(max_abs_diff(y, full.narrow(1, t, 1)), tol)
+              << variant.name << " " << dtype << " T0 " << T0 << " step " << t;
+          ASSERT_EQ(cache.values(), attn_kv_memory(variant.cfg, t + 1).total())
+              << variant.name << " at " << t + 1;
+          ASSERT_EQ(cache.pos, t + 1);
+        }
+        ++checked;
       }
-      ++checked;
     }
   }
-  EXPECT_GE(checked, 5 * 10);  // at least ten variants decode
+  EXPECT_EQ(checked, 2 * 5 * variants);  // every variant (DeepSeek CSA with indexer and overlap, HCA,
+                                         // V4.1 CSA2, window-only included), both dtypes
 }
 
 TEST(Decode, DecoderLogitsEqualTheForward) {
-  for (const char* preset : {"w8s8-1kv", "full-1kv", "w8s4-1kv", "uncompressed-tail", "tied-kv"}) {
+  for (const char* preset :
+       {"w8s8-1kv", "full-1kv", "w8s4-1kv", "uncompressed-tail", "tied-kv", "dsv4-csa", "hca", "v41-csa2"}) {
     Preset p = preset_load(preset);
     p.model.vocab_size = 64;
     p.model.d_model = 32;
-    p.model.head_dim = 8;
+    if (!attn_is_ds(p.model.layers.at(0))) p.model.head_dim = 8;  // DeepSeek presets rotate 16 dims
     p.model.mlp_hidden = 48;
     model_config_sync(p.model, preset);
     ASSERT_TRUE(decoder_can_decode(p.model)) << preset;
@@ -66,7 +74,7 @@ TEST(Decode, DecoderLogitsEqualTheForward) {
       Decoder m(p.model);
       m->to(dt);
       torch::NoGradGuard ng;
-      const int64_t T0 = 11, T = 40;
+      const int64_t T0 = 11, T = 72;  // dsv4-csa: 18 entries, more than its top-16
       auto tokens = torch::randint(0, 64, {3, T}, torch::kInt64);
       const auto full = m->forward(tokens);  // [3, T, V]
       std::vector<AttnCache> caches;

@@ -410,17 +410,17 @@ void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor
 int64_t AttnCache::values() const {
   auto n = [](const torch::Tensor& t) { return t.defined() ? t.numel() : int64_t(0); };
   const int64_t B = k.defined() ? k.size(0) : 1;
-  return (n(k) + n(v) + n(kc) + (tied ? 0 : n(vc)) + n(x_open)) / std::max<int64_t>(B, 1);
+  const int64_t held = n(k) + (latent ? 0 : n(v)) + n(kc) + (tied ? 0 : n(vc)) + n(x_open) + n(ki) +
+                       n(comp_a) + n(comp_z) + n(idx_a) + n(idx_z);
+  return held / std::max<int64_t>(B, 1);
 }
 
-bool attn_can_decode(const AttnConfig& c) {
-  return c.kind == AttnKind::Full || c.kind == AttnKind::Window || c.kind == AttnKind::Chunked;
-}
+bool attn_can_decode(const AttnConfig&) { return true; }
 
 torch::Tensor AttentionImpl::prefill(const torch::Tensor& x, AttnCache* cache) {
   const AttnConfig& c = cfg_;
-  PS_ASSERT(attn_can_decode(c), "decode: kind " + attn_kind_name(c.kind) + " has no decode path yet");
   PS_ASSERT(x.dim() == 3 && x.size(2) == c.d_model, "prefill input must be [B, T, d_model]");
+  if (attn_is_ds(c)) return prefill_ds(x, cache);
   auto out = forward(x, 0);  // [B, T, d]
   const int64_t B = x.size(0), T = x.size(1), Hkv = c.n_kv_heads, D = c.head_dim;
   AttnCache& C = *cache;
@@ -456,8 +456,8 @@ torch::Tensor AttentionImpl::prefill(const torch::Tensor& x, AttnCache* cache) {
 
 torch::Tensor AttentionImpl::decode(const torch::Tensor& x, AttnCache* cache) {
   const AttnConfig& c = cfg_;
-  PS_ASSERT(attn_can_decode(c), "decode: kind " + attn_kind_name(c.kind) + " has no decode path yet");
   PS_ASSERT(x.dim() == 3 && x.size(1) == 1 && x.size(2) == c.d_model, "decode input must be [B, 1, d_model]");
+  if (attn_is_ds(c)) return decode_ds(x, cache);
   AttnCache& C = *cache;
   const int64_t B = x.size(0), H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim, G = H / Hkv, p = C.pos;
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
@@ -548,22 +548,49 @@ static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const 
   return rope_apply(pooled, jj * m, attn_rope_inv_freq(c, rope_dims));
 }
 
+// The indexer's scores I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j) of queries at positions pos [T]
+// (qa [B, T, q_rank], x [B, T, d]) against indexer keys ki [B, N, DI]: [B, T, N]. forward and decode.
+static torch::Tensor ds_index_scores(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& qa,
+                                     const torch::Tensor& x, const torch::Tensor& pos,
+                                     const torch::Tensor& ki) {
+  const int64_t B = x.size(0), T = x.size(1), HI = c.index_heads, DI = c.index_dim;
+  auto qi = rope_apply(matmul_wt(qa, mod.param("idx_wq_b")).view({B, T, HI, DI}), pos,
+                       attn_rope_inv_freq(c, attn_index_rope_dims(c)));  // [B, T, HI, DI]
+  auto w = matmul_wt(x, mod.param("idx_ww")) *
+           (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
+  auto score = torch::zeros({B, T, ki.size(1)}, x.options());
+  for (int64_t h = 0; h < HI; ++h)
+    score = score +
+            w.select(2, h).unsqueeze(-1) * torch::relu(torch::matmul(qi.select(2, h), ki.transpose(1, 2)));
+  return score;
+}
+
+// query: x -> W_qa -> RMSNorm -> W_qb, per-head RMS (V4 only), RoPE: [B, T, H, D]; *qa [B, T, q_rank]
+torch::Tensor AttentionImpl::ds_queries(const torch::Tensor& x, const torch::Tensor& pos, torch::Tensor* qa) {
+  const AttnConfig& c = cfg_;
+  *qa = rms_norm(matmul_wt(x, param("wq_a")), param("q_a_norm"), c.norm_eps);
+  auto q = matmul_wt(*qa, param("wq_b")).view({x.size(0), x.size(1), c.n_heads, c.head_dim});
+  if (c.q_head_norm) q = rms_norm(q, torch::Tensor(), c.norm_eps);
+  return rope_apply(q, pos, attn_rope_inv_freq(c, attn_rope_dims(c)));
+}
+
+// one latent per token, both key and value: [B, T, 1, D]
+torch::Tensor AttentionImpl::ds_latents(const torch::Tensor& x, const torch::Tensor& pos) {
+  const AttnConfig& c = cfg_;
+  return rope_apply(rms_norm(matmul_wt(x, param("wkv")), param("kv_norm"), c.norm_eps).unsqueeze(2), pos,
+                    attn_rope_inv_freq(c, attn_rope_dims(c)));
+}
+
 torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, AttnTrace* trace) {
   const AttnConfig& c = cfg_;
-  const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, D = c.head_dim;
+  const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
   const int rd = attn_rope_dims(c);
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   auto pos = torch::arange(pos0, pos0 + T, iopt);  // [T]
 
-  // query: x -> W_qa -> RMSNorm -> W_qb, per-head RMS (V4 only), RoPE: [B, T, H, D]
-  auto qa = rms_norm(matmul_wt(x, param("wq_a")), param("q_a_norm"), c.norm_eps);  // [B, T, q_rank]
-  auto q = matmul_wt(qa, param("wq_b")).view({B, T, H, D});
-  if (c.q_head_norm) q = rms_norm(q, torch::Tensor(), c.norm_eps);
-  q = rope_apply(q, pos, attn_rope_inv_freq(c, rd));
-
-  // one latent per token, both key and value: [B, T, 1, D]
-  auto lat = rope_apply(rms_norm(matmul_wt(x, param("wkv")), param("kv_norm"), c.norm_eps).unsqueeze(2), pos,
-                        attn_rope_inv_freq(c, rd));
+  torch::Tensor qa;
+  auto q = ds_queries(x, pos, &qa);  // [B, T, H, D]
+  auto lat = ds_latents(x, pos);     // [B, T, 1, D]
 
   // compressed entries [B, N, 1, D], visible iff (j+1)*m - 1 <= p (none for a window-only layer)
   torch::Tensor starts, kc;
@@ -579,18 +606,10 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
     }
     if (c.index_topk > 0) {
       // indexer: I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j), top-min(k, visible) per query
-      const int64_t HI = c.index_heads, DI = c.index_dim;
-      auto qi = rope_apply(matmul_wt(qa, param("idx_wq_b")).view({B, T, HI, DI}), pos,
-                           attn_rope_inv_freq(c, attn_index_rope_dims(c)));
-      auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", DI, attn_index_rope_dims(c), nullptr)
-                    .squeeze(2);  // [B, N, DI]
-      auto w = matmul_wt(x, param("idx_ww")) *
-               (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
+      auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", c.index_dim, attn_index_rope_dims(c), nullptr)
+                    .squeeze(2);   // [B, N, DI]
       torch::NoGradGuard no_grad;  // the selection is discrete; the LM loss does not train the indexer
-      auto score = torch::zeros({B, T, N}, x.options());
-      for (int64_t h = 0; h < HI; ++h)
-        score = score + w.select(2, h).unsqueeze(-1) *
-                            torch::relu(torch::matmul(qi.select(2, h), ki.transpose(1, 2)));
+      auto score = ds_index_scores(*this, c, qa, x, pos, ki);  // [B, T, N]
       auto vis = entry_last.view({1, N}) <= pos.view({T, 1});  // [T, N]
       score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
       auto order =
@@ -617,6 +636,164 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   auto o =
       joint_attention(q, lat, lat, kc, kc, entry_last, entry_mask, local, sink, pos0, trace);  // [B, T, H, D]
   o = rope_apply(o, pos, attn_rope_inv_freq(c, rd), /*sign=*/-1);  // de-rotate the output's rotary dims
+  return output(o);
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeepSeek decode: the window's latents, the finished entries (and indexer keys), and each compressor's
+// open state (AttnCache). An entry is pooled from the state when its block's last token arrives, with the
+// same softmax over offsets (and the previous block's half) as ds_compress.
+
+// The compressor inputs of tokens x [B, n, d] at positions pos [n]: a = Wkv x, z = Wgate x + ape[p mod m],
+// [B, n, coff*width] each.
+static std::pair<torch::Tensor, torch::Tensor> ds_token_state(AttentionImpl& mod, const AttnConfig& c,
+                                                              const torch::Tensor& x,
+                                                              const torch::Tensor& pos,
+                                                              const std::string& pre) {
+  auto a = matmul_wt(x, mod.param(pre + "wkv"));
+  auto z = matmul_wt(x, mod.param(pre + "wgate"));
+  if (c.offset_bias) z = z + mod.param(pre + "ape").index({torch::remainder(pos, c.ratio)});
+  return {a, z};
+}
+
+// The open state after the tokens x [B, T, d] at positions 0..T-1: rows for the previous block (overlap)
+// and the open block j = T / m; the token at p sits in row p - (j - coff + 1) * m.
+static void ds_state_prefill(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& x,
+                             const std::string& pre, int64_t width, torch::Tensor* a_buf,
+                             torch::Tensor* z_buf) {
+  const int64_t B = x.size(0), T = x.size(1), m = c.ratio, coff = c.overlap ? 2 : 1, j = T / m;
+  const int64_t first = (j - coff + 1) * m;  // position of row 0 (negative: before the sequence)
+  *a_buf = torch::zeros({B, coff * m, coff * width}, x.options());
+  *z_buf = torch::full({B, coff * m, coff * width}, -std::numeric_limits<double>::infinity(), x.options());
+  const int64_t from = std::max<int64_t>(0, first);
+  if (from >= T) return;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  auto pos = torch::arange(from, T, iopt);
+  auto [a, z] = ds_token_state(mod, c, x.narrow(1, from, T - from), pos, pre);
+  *a_buf = a_buf->index_copy(1, pos - first, a);
+  *z_buf = z_buf->index_copy(1, pos - first, z);
+}
+
+// Append the token x [B, 1, d] at position p to the open state; when it completes block j = p / m,
+// return entry j ([B, 1, 1, width], RMSNorm, RoPE at j*m, as ds_compress) and move to block j + 1.
+static torch::Tensor ds_state_decode(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& x,
+                                     int64_t p, const std::string& pre, int64_t width, int rope_dims,
+                                     torch::Tensor* a_buf, torch::Tensor* z_buf) {
+  const int64_t m = c.ratio, coff = c.overlap ? 2 : 1;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  auto pos = torch::full({1}, p, iopt);
+  auto [a, z] = ds_token_state(mod, c, x, pos, pre);  // [B, 1, coff*width]
+  auto row = torch::full({1}, (coff - 1) * m + p % m, iopt);
+  *a_buf = a_buf->index_copy(1, row, a);
+  *z_buf = z_buf->index_copy(1, row, z);
+  if ((p + 1) % m != 0) return torch::Tensor();
+  const int64_t j = p / m;
+  // overlap: the previous block through the first half of the channels, the open block through the
+  // second; rows [B, coff*m, width] each
+  torch::Tensor feat = a_buf->narrow(2, (coff - 1) * width, width),
+                logit = z_buf->narrow(2, (coff - 1) * width, width);
+  if (c.overlap) {
+    feat = torch::cat(
+        {a_buf->narrow(1, 0, m).narrow(2, 0, width), a_buf->narrow(1, m, m).narrow(2, width, width)}, 1);
+    logit = torch::cat(
+        {z_buf->narrow(1, 0, m).narrow(2, 0, width), z_buf->narrow(1, m, m).narrow(2, width, width)}, 1);
+  }
+  auto pooled = (torch::softmax(logit, 1) * feat).sum(1);  // [B, width]
+  pooled =
+      rms_norm(pooled, mod.param(pre + "norm"), c.norm_eps).unsqueeze(1).unsqueeze(2);  // [B, 1, 1, width]
+  auto entry = rope_apply(pooled, torch::full({1}, j * m, iopt), attn_rope_inv_freq(c, rope_dims));
+  // the next block: the open block's rows become the previous block's (overlap); the open rows empty
+  const int64_t B = x.size(0), cw = coff * width;
+  auto empty_a = torch::zeros({B, m, cw}, x.options());
+  auto empty_z = torch::full({B, m, cw}, -std::numeric_limits<double>::infinity(), x.options());
+  *a_buf = c.overlap ? torch::cat({a_buf->narrow(1, m, m), empty_a}, 1) : empty_a;
+  *z_buf = c.overlap ? torch::cat({z_buf->narrow(1, m, m), empty_z}, 1) : empty_z;
+  return entry;
+}
+
+torch::Tensor AttentionImpl::prefill_ds(const torch::Tensor& x, AttnCache* cache) {
+  const AttnConfig& c = cfg_;
+  auto out = forward(x, 0);  // [B, T, d]
+  const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
+  AttnCache& C = *cache;
+  C = AttnCache();
+  C.pos = T;
+  C.tied = C.latent = true;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  C.raw_from = std::max<int64_t>(0, T - c.window);
+  C.k = ds_latents(x.narrow(1, C.raw_from, T - C.raw_from), torch::arange(C.raw_from, T, iopt));
+  C.v = C.k;
+  if (c.kind == AttnKind::DsWindow) return out;
+  C.entries = T / c.ratio;
+  C.kc = C.entries > 0 ? ds_compress(*this, c, x, 0, "comp_", D, attn_rope_dims(c), nullptr)
+                       : torch::zeros({B, 0, 1, D}, x.options());  // [B, N, 1, D]
+  C.vc = C.kc;
+  ds_state_prefill(*this, c, x, "comp_", D, &C.comp_a, &C.comp_z);
+  if (c.index_topk > 0) {
+    C.ki = C.entries > 0
+               ? ds_compress(*this, c, x, 0, "idx_comp_", c.index_dim, attn_index_rope_dims(c), nullptr)
+                     .squeeze(2)
+               : torch::zeros({B, 0, c.index_dim}, x.options());  // [B, N, DI]
+    ds_state_prefill(*this, c, x, "idx_comp_", c.index_dim, &C.idx_a, &C.idx_z);
+  }
+  return out;
+}
+
+torch::Tensor AttentionImpl::decode_ds(const torch::Tensor& x, AttnCache* cache) {
+  const AttnConfig& c = cfg_;
+  AttnCache& C = *cache;
+  const int64_t B = x.size(0), H = c.n_heads, D = c.head_dim, p = C.pos;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  auto pos = torch::full({1}, p, iopt);
+  torch::Tensor qa;
+  auto q = ds_queries(x, pos, &qa);  // [B, 1, H, D]
+  C.k = torch::cat({C.k, ds_latents(x, pos)}, 1);
+  // the entry this token completes (block p / m), and the indexer's key for it
+  if (c.kind != AttnKind::DsWindow) {
+    auto e = ds_state_decode(*this, c, x, p, "comp_", D, attn_rope_dims(c), &C.comp_a, &C.comp_z);
+    if (c.index_topk > 0) {
+      auto ke = ds_state_decode(*this, c, x, p, "idx_comp_", c.index_dim, attn_index_rope_dims(c), &C.idx_a,
+                                &C.idx_z);
+      if (ke.defined()) C.ki = torch::cat({C.ki, ke.squeeze(2)}, 1);  // [B, N, DI]
+    }
+    if (e.defined()) {
+      C.kc = torch::cat({C.kc, e}, 1);
+      C.entries += 1;
+    }
+    C.vc = C.kc;
+  }
+  // the window: the last w latents, this token's included
+  const int64_t keep_from = std::max<int64_t>(0, p + 1 - c.window);
+  if (keep_from > C.raw_from) {
+    C.k = C.k.narrow(1, keep_from - C.raw_from, C.k.size(1) - (keep_from - C.raw_from));
+    C.raw_from = keep_from;
+  }
+  C.v = C.k;
+  // one softmax over the window, the entries the indexer picks (all without indexer) and the sink;
+  // every finished entry is visible to this query
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto qg = q.view({B, 1, H, D});  // [B, Hkv=1, H, D]
+  std::vector<torch::Tensor> parts = {torch::matmul(qg, C.k.permute({0, 2, 3, 1})) *
+                                      scale};  // [B, 1, H, n_raw]
+  const int64_t n_raw = C.k.size(1), N = C.entries;
+  if (N > 0) {
+    auto sc = torch::matmul(qg, C.kc.permute({0, 2, 3, 1})) * scale;  // [B, 1, H, N]
+    if (c.index_topk > 0 && N > c.index_topk) {
+      torch::NoGradGuard no_grad;
+      auto score = ds_index_scores(*this, c, qa, x, pos, C.ki).squeeze(1);  // [B, N]
+      auto order = std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
+      auto take = (torch::arange(N, iopt) < c.index_topk).view({1, N}).expand({B, N});
+      auto picked = torch::zeros({B, N}, iopt.dtype(torch::kBool)).scatter(-1, order, take);
+      sc = sc.masked_fill(picked.logical_not().view({B, 1, 1, N}), -std::numeric_limits<double>::infinity());
+    }
+    parts.push_back(sc);
+  }
+  if (c.sink) parts.push_back(param("sink").view({1, 1, H, 1}).expand({B, 1, H, 1}));
+  auto prob = torch::softmax(torch::cat(parts, -1), -1);
+  auto o = torch::matmul(prob.narrow(-1, 0, n_raw), C.k.permute({0, 2, 1, 3}));  // [B, 1, H, D]
+  if (N > 0) o = o + torch::matmul(prob.narrow(-1, n_raw, N), C.kc.permute({0, 2, 1, 3}));
+  C.pos = p + 1;
+  o = rope_apply(o.reshape({B, 1, H, D}), pos, attn_rope_inv_freq(c, attn_rope_dims(c)), /*sign=*/-1);
   return output(o);
 }
 

@@ -3,7 +3,7 @@
 // Memory and time of the compressed kinds grow as T x (w + T/S): the local window is computed in
 // blocks of L tokens against the current and previous block, the compressed entries as a T x N
 // score matrix; no T x T mask is ever built except for `full` itself.
-// Decode (prefill, then one token at a time with AttnCache) for full, window and chunked kinds.
+// Decode (prefill, then one token at a time with AttnCache) for every kind.
 // Not here: the loop oracle (reference.h), the decoder around it (model/).
 #pragma once
 #include <torch/torch.h>
@@ -46,19 +46,30 @@ using HeadHook = std::function<torch::Tensor(const torch::Tensor& o)>;
 // The decode-time state of one layer for a batch of sequences that advance together (same length),
 // exactly what attn_kv_memory (kv_memory.h) counts: raw keys/values of the tokens still visible (full:
 // all; window / chunked: the last w; uncompressed tail: those after the last finished entry's end),
-// the finished compressed entries, and the hidden states of the tokens an unfinished entry needs.
+// the finished compressed entries, and what an unfinished entry still needs (chunked: the hidden states
+// of its tokens; DeepSeek: the compressors' open state).
 struct AttnCache {
   int64_t pos = 0;       // tokens seen: the next token's absolute position
   int64_t raw_from = 0;  // position of the first raw token kept
-  torch::Tensor k, v;    // [B, n_raw, Hkv, D] after Q/K norm and RoPE (v: no norm, no RoPE)
-  torch::Tensor kc, vc;  // [B, N, Hkv, D] finished entries (vc is kc when tied)
-  bool tied = false;
-  torch::Tensor x_open;    // [B, n_open, d] hidden states of tokens [N*S, pos)
-  int64_t entries = 0;     // N
-  int64_t values() const;  // values held per sequence (vc counted once when tied)
+  torch::Tensor k, v;    // [B, n_raw, Hkv, D] after Q/K norm and RoPE (v: no norm, no RoPE); DeepSeek:
+                         // the latents [B, n_raw, 1, D] after kv_norm and RoPE, and v is k (K = V)
+  torch::Tensor kc, vc;  // [B, N, Hkv, D] finished entries (vc is kc when tied, and for DeepSeek)
+  bool tied = false;     // vc is kc
+  bool latent = false;   // v is k (DeepSeek)
+  torch::Tensor x_open;  // chunked: [B, n_open, d] hidden states of tokens [N*S, pos)
+  // DeepSeek: the indexer's keys of the finished entries [B, N, index_dim], and each compressor's open
+  // state as the official inference code keeps it: per token of the previous block (overlap only) and
+  // the open block, a = Wkv x and z = Wgate x + ape[t mod m], [B, coff*m, coff*width] each (coff = 2
+  // with overlap; rows: previous block's tokens, then the open block's, t mod m within each; rows of
+  // tokens not seen yet or before position 0: a = 0, z = -inf).
+  torch::Tensor ki;
+  torch::Tensor comp_a, comp_z;  // the entries' compressor, width D
+  torch::Tensor idx_a, idx_z;    // the indexer's compressor, width index_dim (undefined without indexer)
+  int64_t entries = 0;           // N
+  int64_t values() const;        // values held per sequence (vc / v counted once when shared)
 };
 
-// Full, window and chunked (every option) decode; the DeepSeek kinds do not yet.
+// Every kind decodes (kept for callers that ask).
 bool attn_can_decode(const AttnConfig& cfg);
 
 class AttentionImpl : public torch::nn::Module {
@@ -78,8 +89,8 @@ class AttentionImpl : public torch::nn::Module {
 
   // Decode. prefill: forward(x, 0) for x [B, T, d] at positions 0..T-1, and the cache after it.
   // decode: one more token per sequence, x [B, 1, d] at position cache->pos; returns [B, 1, d], equal to
-  // the last row of forward over the whole sequence up to float summation order (tested). Kinds with
-  // attn_can_decode only; no head hook, no trace.
+  // the last row of forward over the whole sequence up to float summation order (tested). No head hook,
+  // no trace.
   torch::Tensor prefill(const torch::Tensor& x, AttnCache* cache);
   torch::Tensor decode(const torch::Tensor& x, AttnCache* cache);
 
@@ -95,6 +106,12 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor output(const torch::Tensor& o);  // o [B, T, H, D] -> hook -> W_o -> [B, T, d]
   torch::Tensor mha_queries(const torch::Tensor& x, const torch::Tensor& pos);
   std::pair<torch::Tensor, torch::Tensor> mha_keys_values(const torch::Tensor& x, const torch::Tensor& pos);
+  // DeepSeek projections at positions pos [T]: queries [B, T, H, D] (and the low-rank qa [B, T, q_rank]
+  // the indexer reads), the K = V latents [B, T, 1, D]; forward_ds, prefill and decode call them.
+  torch::Tensor ds_queries(const torch::Tensor& x, const torch::Tensor& pos, torch::Tensor* qa);
+  torch::Tensor ds_latents(const torch::Tensor& x, const torch::Tensor& pos);
+  torch::Tensor prefill_ds(const torch::Tensor& x, AttnCache* cache);
+  torch::Tensor decode_ds(const torch::Tensor& x, AttnCache* cache);
   void chunked_entries(const torch::Tensor& xg, const torch::Tensor& jj, torch::Tensor* kc, torch::Tensor* vc,
                        torch::Tensor* alpha_k, torch::Tensor* alpha_v);
 
