@@ -511,6 +511,75 @@ TEST(ServeBatching, ConcurrentRequestsShareForwardPassesAndAnswerAsAlone) {
   std::filesystem::remove_all(dir);
 }
 
+// Generation on the KV cache (prefill once, then ragged cached decode steps for sequences of different
+// lengths in one batch) returns what the whole-forward reference path returns: the same tokens, greedy
+// and seeded sampling, log-probs of generated and echoed prompt tokens within 1e-4.
+TEST(ServeKvCache, CachedGenerationEqualsTheWholeForwardPath) {
+  const std::string dir = ts::tiny_checkpoint("kvcache");
+  ServeOptions oc = ts::local_options(dir), ou = ts::local_options(dir);
+  oc.batch_window_ms = 300;  // the three requests share steps: ragged decode over different lengths
+  ou.kv_cache = false;
+  Server cached(oc), reference(ou);
+  const Vocab v = task_vocab(ts::tiny_preset().task);
+  std::vector<json> reqs;
+  for (int len : {3, 40, 97}) {
+    std::vector<int> p = {v.bos()};
+    for (int t = 1; t < len; ++t)
+      p.push_back(t % 3 == 0 ? v.filler(t % 16) : (t % 2 ? v.key(t % 128) : v.name((7 * t) % 128)));
+    reqs.push_back(json{{"prompt", p},
+                        {"max_tokens", 12},
+                        {"temperature", 0},
+                        {"logprobs", 5},
+                        {"echo", true},
+                        {"return_tokens_as_token_ids", true}});
+  }
+  reqs.push_back(json{{"prompt", {v.bos(), v.key(3), v.name(4), v.key(3)}},
+                      {"max_tokens", 12},
+                      {"temperature", 1.0},
+                      {"seed", 11},
+                      {"logprobs", 0}});
+  std::vector<json> got(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    threads.emplace_back([&, i] { got[i] = ts::post(cached.port(), "/v1/completions", reqs[i]).body; });
+  for (auto& t : threads) t.join();
+  double max_diff = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const json want = ts::post(reference.port(), "/v1/completions", reqs[i]).body["choices"][0];
+    const json& have = got[i]["choices"][0];
+    EXPECT_EQ(have["token_ids"], want["token_ids"]) << "request " << i;
+    const json &a = have["logprobs"]["token_logprobs"], &b = want["logprobs"]["token_logprobs"];
+    ASSERT_EQ(a.size(), b.size()) << i;
+    for (size_t t = 0; t < a.size(); ++t) {
+      if (b[t].is_null()) {
+        EXPECT_TRUE(a[t].is_null());
+        continue;
+      }
+      max_diff = std::max(max_diff, std::fabs(a[t].get<double>() - b[t].get<double>()));
+    }
+    if (reqs[i]["logprobs"] == 5) {  // the generated tokens' top-5 (the last 12 positions)
+      const json &ta = have["logprobs"]["top_logprobs"], &tb = want["logprobs"]["top_logprobs"];
+      for (size_t t = ta.size() - 12; t < ta.size(); ++t)
+        for (auto it = tb[t].begin(); it != tb[t].end(); ++it) {
+          ASSERT_TRUE(ta[t].contains(it.key())) << i << " " << t << " " << it.key();
+          max_diff = std::max(max_diff, std::fabs(it.value().get<double>() - ta[t][it.key()].get<double>()));
+        }
+    }
+  }
+  std::printf("  KV cache vs whole forward: log-probs differ by at most %.3g\n", max_diff);
+  EXPECT_LE(max_diff, 1e-4);
+  const EngineStats sc = cached.stats(), su = reference.stats();
+  EXPECT_TRUE(sc.kv_cache);
+  EXPECT_FALSE(su.kv_cache);
+  EXPECT_EQ(sc.prefills, 4);
+  EXPECT_EQ(sc.cached_steps, 4 * 11);  // every token after the first comes from a cached step
+  EXPECT_EQ(su.cached_steps, 0);
+  EXPECT_GE(sc.max_rows, 2);
+  cached.shutdown();
+  reference.shutdown();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(Serve, RightPaddedBatchEqualsPromptsOneByOne) {
   // one request = one forward pass: prompts of lengths 3, 40 and 97 right-padded to 97
   const Vocab v = vocab();

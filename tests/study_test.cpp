@@ -189,6 +189,30 @@ TEST(Study, QuickGridShardsMergedEqualOneProcess) {
   EXPECT_THROW(study_run(bad), Error);
 }
 
+// a run's attention overrides reach every layer (the preset's per-layer list would otherwise win)
+TEST(Study, AttentionOverridesReachEveryLayer) {
+  StudyRun run{
+      "w8s8-1kv",
+      43,
+      "ablation",
+      "",
+      "window0",
+      json{{"attention", {{"window", 0}, {"per_offset_payload", false}}}, {"train", {{"steps", 7}}}}};
+  const Preset p = study_preset(run, false);
+  ASSERT_EQ(p.model.layers.size(), 2u);
+  for (const AttnConfig& a : p.model.layers) {
+    EXPECT_EQ(a.window, 0);
+    EXPECT_FALSE(a.per_offset_payload);
+    EXPECT_EQ(a.W, 8);  // the rest of the preset stays
+  }
+  EXPECT_EQ(p.train.steps, 7);
+  EXPECT_EQ(p.train.seed, 43u);
+  EXPECT_EQ(p.name, "w8s8-1kv-window0");
+  EXPECT_EQ(study_preset({"w8s8-1kv", 42, "", "", "", nullptr}, false).model.layers[0].window, 16);
+  const Preset toy = study_preset({"hca", 42, "", "", "", nullptr}, true);  // toy: ratio at most 16
+  for (const AttnConfig& a : toy.model.layers) EXPECT_LE(a.ratio, 16);
+}
+
 // a row scored on fewer prompts than asked is evaluated again on the trained model, its training kept
 TEST(Study, RowOnFewerPromptsIsEvaluatedAgain) {
   const std::string dir = testutil::tmp_dir("study_upgrade");

@@ -148,11 +148,15 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
 
 // ---------------------------------------------------------------------------------------------- one run
 
-namespace {
-
 // The preset a run trains: the named preset, shrunk for toy grids, the seed, then the run's overrides.
+// preset_to_json writes every layer's attention under "layers", which preset_from_json merges over
+// "attention": so a patch of "attention" is applied to each layer as well, or it would be lost.
 Preset study_preset(const StudyRun& run, bool toy) {
   json j = json::parse(preset_to_json(preset_load(run.preset)));
+  auto patch_attention = [&j](const json& patch) {
+    j["attention"].merge_patch(patch);
+    for (json& layer : j["layers"]) layer.merge_patch(patch);
+  };
   if (toy) {
     j.merge_patch(
         {{"model", {{"d_model", 32}, {"head_dim", 8}}},
@@ -165,16 +169,24 @@ Preset study_preset(const StudyRun& run, bool toy) {
            {"curriculum_length", false},
            {"repeat_steps", 0}}},
          {"train", {{"steps", 40}, {"batch", 8}, {"warmup", 5}, {"eval_every", 0}, {"ckpt_every", 40}}}});
-    // DeepSeek latents are wider than toy heads need; their ratio 128 needs more than 64 tokens
-    if (j.contains("attention") && j["attention"].is_object() && j["attention"].contains("ratio") &&
-        j["attention"]["ratio"].get<int>() > 16)
-      j["attention"]["ratio"] = 16;
+    // DeepSeek ratios of 128 need more than a toy row's 64 tokens
+    for (json& layer : j["layers"])
+      if (layer.contains("ratio") && layer["ratio"].get<int>() > 16) layer["ratio"] = 16;
   }
   j["train"]["seed"] = run.seed;
-  if (!run.overrides.is_null()) j.merge_patch(run.overrides);
+  if (!run.overrides.is_null()) {
+    json o = run.overrides;
+    if (o.contains("attention")) {
+      patch_attention(o["attention"]);
+      o.erase("attention");
+    }
+    j.merge_patch(o);
+  }
   j["name"] = run.preset + (run.tag.empty() ? "" : "-" + run.tag);
   return preset_from_json(j.dump(), "study run " + run.id());
 }
+
+namespace {
 
 json interval(const Interval& i) { return json::array({i.lo, i.hi}); }
 

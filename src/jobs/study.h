@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/config.h"
+
 namespace phasescope {
 
 struct StudyRun {
@@ -44,6 +46,10 @@ struct StudyGrid {
 // "tag", "overrides"}]}. seeds: the reference's seeds (default 42, 43, 44, 45; families take the first
 // two, baselines the first). Throws Error for an unknown grid, a bad file or a duplicated run id.
 StudyGrid study_grid(const std::string& name_or_file, const std::vector<uint64_t>& seeds);
+
+// The preset a run trains: presets/<run.preset>.json, shrunk to toy size when toy, train.seed = run.seed,
+// then run.overrides as a JSON merge patch; an "attention" patch applies to every layer.
+Preset study_preset(const StudyRun& run, bool toy);
 
 struct StudyOptions {
   std::string grid = "paper";

@@ -84,6 +84,23 @@ torch::Tensor DecoderImpl::decode(const torch::Tensor& tokens, std::vector<AttnC
   return unembed(rms_norm(h, final_norm_, cfg_.norm_eps));
 }
 
+torch::Tensor DecoderImpl::decode_ragged(const torch::Tensor& tokens,
+                                         const std::vector<std::vector<AttnCache>*>& caches) {
+  PS_ASSERT(tokens.dim() == 2 && tokens.size(1) == 1, "decode: tokens must be [B, 1]");
+  PS_ASSERT(int64_t(caches.size()) == tokens.size(0), "decode: one cache vector per sequence");
+  for (const auto* c : caches)
+    PS_ASSERT(c && c->size() == attn_.size(), "decode: one cache per layer (call prefill first)");
+  auto h = torch::embedding(embed_, tokens);  // [B, 1, d]
+  for (size_t l = 0; l < attn_.size(); ++l) {
+    auto a = attn_input(l, h);  // [B, 1, d]
+    std::vector<torch::Tensor> rows;
+    for (size_t b = 0; b < caches.size(); ++b)
+      rows.push_back(attn_[l]->decode(a.narrow(0, int64_t(b), 1), &(*caches[b])[l]));  // [1, 1, d]
+    h = mlp_residual(l, h + torch::cat(rows, 0));
+  }
+  return unembed(rms_norm(h, final_norm_, cfg_.norm_eps));
+}
+
 torch::Tensor DecoderImpl::attn_input(size_t l, const torch::Tensor& h) {
   auto a = rms_norm(h, attn_norm_[l], cfg_.norm_eps);  // [B, T, d]
   return cfg_.token_shift > 0 ? a + token_shift_apply(a, shift_[l]) : a;

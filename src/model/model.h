@@ -32,6 +32,12 @@ class DecoderImpl : public torch::nn::Module {
   // float summation order. Needs decoder_can_decode(config()).
   torch::Tensor prefill(const torch::Tensor& tokens, std::vector<AttnCache>* caches);
   torch::Tensor decode(const torch::Tensor& tokens, std::vector<AttnCache>* caches);
+  // One decode step for sequences of different lengths: tokens [B, 1], caches[b] the per-layer caches of
+  // sequence b (each from its own prefill, batch 1). Embedding, norms, MLP and unembedding run batched;
+  // each layer's attention runs per sequence over that sequence's cache. Logits [B, 1, V], row b equal to
+  // decode(tokens[b], caches[b]). A finished sequence's cache is freed by dropping its vector.
+  torch::Tensor decode_ragged(const torch::Tensor& tokens,
+                              const std::vector<std::vector<AttnCache>*>& caches);
 
   const ModelConfig& config() const { return cfg_; }
   Attention& attention(int layer) { return attn_[size_t(layer)]; }
@@ -53,7 +59,7 @@ class DecoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Decoder);
 
-// Every layer has a decode path (full, window, chunked) and there is no token shift.
+// Every layer has a decode path (every attention kind does) and there is no token shift.
 bool decoder_can_decode(const ModelConfig& cfg);
 
 // sum_{k=1..K} c[k-1] * x[:, t-k, :] (zero where t - k < 0). x [B, T, d], c [K, d] -> [B, T, d].

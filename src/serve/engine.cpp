@@ -37,6 +37,7 @@ struct Sequence {
   std::mt19937_64 rng;
   bool prompt_pending = false;  // prompt log-probs still to compute (first forward pass)
   bool done = false;
+  std::vector<AttnCache> cache;  // one per layer once prefilled (kv_cache); freed when done
 };
 
 // One request: its sequences stay together and finish together.
@@ -104,6 +105,12 @@ struct Engine::Impl {
   void admit(Group& g);
   void step();
   void forward_chunk(const std::vector<std::pair<Group*, Sequence*>>& chunk);
+  // the chunk's next-token log-probs [B, V], and for sequences with prompt_pending their prompt's
+  // log-probs [P-1, V] (row t-1: log p(prompt[t] | prompt[<t])); undefined for the others
+  torch::Tensor uncached_logprobs(const std::vector<std::pair<Group*, Sequence*>>& chunk,
+                                  std::vector<torch::Tensor>* prompt_lp);
+  torch::Tensor cached_logprobs(const std::vector<std::pair<Group*, Sequence*>>& chunk,
+                                std::vector<torch::Tensor>* prompt_lp);
   void advance(Sequence& s, const float* logp, const int64_t* top_ids, int64_t V);
 };
 
@@ -122,6 +129,8 @@ Engine::Engine(const std::string& checkpoint, const EngineOptions& opt) : impl_(
                      m.model.model->config().vocab_size, m.vocab.size()),
          "the checkpoint does not match its own config; retrain");
   m.model.model->eval();
+  m.opt.kv_cache = opt.kv_cache && decoder_can_decode(m.model.model->config());
+  m.stats.kv_cache = m.opt.kv_cache;
   m.description =
       fmt::format("{}, step {}: {}", m.model.preset.name, m.model.step, model_describe(*m.model.model));
   m.worker = std::thread([this] { impl_->run(); });
@@ -249,23 +258,74 @@ void Engine::Impl::step() {
   }
 }
 
-void Engine::Impl::forward_chunk(const std::vector<std::pair<Group*, Sequence*>>& chunk) {
-  torch::NoGradGuard no_grad;
-  const int64_t B = int64_t(chunk.size()), V = vocab.size();
+torch::Tensor Engine::Impl::uncached_logprobs(const std::vector<std::pair<Group*, Sequence*>>& chunk,
+                                              std::vector<torch::Tensor>* prompt_lp) {
   std::vector<const std::vector<int>*> prompts;
   bool need_hidden = false;
-  int K = 1;
   for (const auto& c : chunk) {
     prompts.push_back(&c.second->tokens);
     need_hidden = need_hidden || c.second->prompt_pending;
-    K = std::max(K, c.second->spec.logprobs);
   }
-  K = int(std::min<int64_t>(K, V));
-
   // the shared forward pass: [B, V] next-token log-probs (and [B, T, d] states for prompt log-probs)
   torch::Tensor hidden;
+  torch::Tensor logp = model_last_logprobs(*model.model, prompts, need_hidden ? &hidden : nullptr);
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const Sequence& s = *chunk[i].second;
+    const int64_t P = int64_t(s.spec.prompt.size());
+    if (s.prompt_pending && P > 1)
+      (*prompt_lp)[i] = torch::log_softmax(model.model->unembed(hidden[int64_t(i)].slice(0, 0, P - 1)), -1);
+  }
+  return logp;
+}
+
+torch::Tensor Engine::Impl::cached_logprobs(const std::vector<std::pair<Group*, Sequence*>>& chunk,
+                                            std::vector<torch::Tensor>* prompt_lp) {
+  const int64_t V = vocab.size();
+  std::vector<torch::Tensor> rows(chunk.size());
+  // first step: prefill the prompt alone; its logits give the next token and the prompt's log-probs
+  std::vector<size_t> cont;
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    Sequence& s = *chunk[i].second;
+    if (!s.cache.empty()) {
+      cont.push_back(i);
+      continue;
+    }
+    const int64_t P = int64_t(s.tokens.size());
+    auto tokens = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end())).view({1, P});
+    auto lp = torch::log_softmax(model.model->prefill(tokens, &s.cache)[0], -1);  // [P, V]
+    rows[i] = lp[P - 1];
+    if (s.prompt_pending && P > 1) (*prompt_lp)[i] = lp.slice(0, 0, P - 1);
+    std::lock_guard<std::mutex> lk(mu);
+    stats.prefills += 1;
+  }
+  // later steps: one cached decode step for every continuing sequence, lengths as they are
+  if (!cont.empty()) {
+    std::vector<int64_t> last;
+    std::vector<std::vector<AttnCache>*> caches;
+    for (size_t i : cont) {
+      Sequence& s = *chunk[i].second;
+      last.push_back(s.tokens.back());
+      caches.push_back(&s.cache);
+    }
+    auto tokens = torch::tensor(last).view({int64_t(cont.size()), 1});
+    auto lp = torch::log_softmax(model.model->decode_ragged(tokens, caches).squeeze(1), -1);  // [B', V]
+    for (size_t r = 0; r < cont.size(); ++r) rows[cont[r]] = lp[int64_t(r)];
+    std::lock_guard<std::mutex> lk(mu);
+    stats.cached_steps += int64_t(cont.size());
+  }
+  return torch::stack(rows).view({int64_t(chunk.size()), V});
+}
+
+void Engine::Impl::forward_chunk(const std::vector<std::pair<Group*, Sequence*>>& chunk) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = int64_t(chunk.size()), V = vocab.size();
+  int K = 1;
+  for (const auto& c : chunk) K = std::max(K, c.second->spec.logprobs);
+  K = int(std::min<int64_t>(K, V));
+
+  std::vector<torch::Tensor> prompt_lp(chunk.size());
   torch::Tensor logp =
-      model_last_logprobs(*model.model, prompts, need_hidden ? &hidden : nullptr).contiguous();
+      (opt.kv_cache ? cached_logprobs(chunk, &prompt_lp) : uncached_logprobs(chunk, &prompt_lp)).contiguous();
   auto top = logp.topk(K, -1);
   torch::Tensor top_ids = std::get<1>(top).contiguous();  // [B, K]
   {
@@ -284,8 +344,7 @@ void Engine::Impl::forward_chunk(const std::vector<std::pair<Group*, Sequence*>>
       s.out.prompt_logprobs.resize(size_t(P));
       s.out.prompt_logprobs[0].token = s.spec.prompt[0];
       if (P > 1) {
-        auto lp = torch::log_softmax(model.model->unembed(hidden[i].slice(0, 0, P - 1)), -1)
-                      .contiguous();  // [P-1, V]
+        auto lp = prompt_lp[size_t(i)].contiguous();  // [P-1, V]
         const int k = std::max(0, std::min<int>(s.spec.logprobs, int(V)));
         torch::Tensor pv, pi;
         if (k > 0) {
@@ -305,10 +364,12 @@ void Engine::Impl::forward_chunk(const std::vector<std::pair<Group*, Sequence*>>
       }
       if (s.spec.max_tokens <= 0) {
         s.done = true;
+        s.cache.clear();
         continue;
       }
     }
     advance(s, logp.data_ptr<float>() + i * V, top_ids.data_ptr<int64_t>() + i * K, V);
+    if (s.done) s.cache.clear();  // free this sequence's KV cache now, not when its request ends
   }
 }
 

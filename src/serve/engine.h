@@ -5,9 +5,14 @@
 // right-padded forward per chunk (model_last_logprobs, the same pass as the in-process ModelBackend, so a
 // prompt's next-token log-probs match `phasescope eval`), and appends one token to each. Requests that
 // arrive while it works join at the next step, so a long generation never holds short ones back.
-// Generation has no KV cache: each step re-runs the forward over the whole growing sequence (fine at
-// these sizes: a ~256-token prompt costs one forward per generated token). Greedy picks the top-1 of
-// the fp32 log-probs; sampling is seeded per sequence and independent of batching.
+// Generation uses the KV cache (EngineOptions::kv_cache, default on): a sequence's first step prefills its
+// prompt alone (batch 1: its logits give the next token and the prompt's log-probs), every later step is
+// one cached decode step for all the chunk's sequences together (DecoderImpl::decode_ragged: lengths
+// differ, each attends over its own cache); a sequence's cache is freed when it finishes. Without the
+// cache (kv_cache = false, `serve --no-kv-cache`, and models with token shift) each step re-runs the
+// right-padded forward over every whole sequence: the reference the cached path is tested against.
+// Greedy picks the top-1 of the fp32 log-probs; sampling is seeded per sequence and independent of
+// batching.
 // The header is torch-free (the server and tests include it); libtorch lives in engine.cpp only.
 #pragma once
 #include <cmath>
@@ -27,6 +32,7 @@ struct EngineOptions {
   int max_batch = 32;            // sequences per forward pass (1 = unbatched)
   double batch_window_ms = 2.0;  // when idle: how long to gather requests after the first arrives
   int max_logprobs = 20;         // the most alternatives a request may ask per position
+  bool kv_cache = true;          // prefill once, then cached decode steps (false: whole forward per step)
 };
 
 // One sequence to continue.
@@ -65,6 +71,9 @@ struct EngineStats {
   int64_t forward_rows = 0;  // sequences summed over forward passes
   int max_rows = 0;          // the largest batch of one forward pass
   int64_t tokens_generated = 0;
+  int64_t prefills = 0;      // prompts prefilled into a KV cache
+  int64_t cached_steps = 0;  // decode steps served from KV caches (sequences summed)
+  bool kv_cache = false;     // whether generation runs on the KV cache
 };
 
 class Engine {

@@ -435,6 +435,7 @@ Server::Server(const ServeOptions& opt) : impl_(new Impl) {
   EngineOptions eo;
   eo.max_batch = opt.max_batch;
   eo.batch_window_ms = opt.batch_window_ms;
+  eo.kv_cache = opt.kv_cache;
   m.engine.reset(new Engine(opt.checkpoint, eo));
   m.model.id = opt.model_name.empty() ? m.engine->preset().name : opt.model_name;
   m.model.vocab = m.engine->vocab();
@@ -493,8 +494,10 @@ EngineStats Server::stats() const { return impl_->engine->stats(); }
 std::string Server::describe() const {
   const Impl& m = *impl_;
   return fmt::format(
-      "model '{}' ({}); max_model_len {}, batches of up to {} gathered within {} ms, {} HTTP threads",
+      "model '{}' ({}); max_model_len {}, batches of up to {} gathered within {} ms, {}, {} HTTP threads",
       m.model.id, m.engine->describe(), m.model.max_model_len, m.opt.max_batch, m.opt.batch_window_ms,
+      m.engine->stats().kv_cache ? "KV cache (prefill once, one cached step per token)"
+                                 : "no KV cache (whole forward per token)",
       m.opt.http_threads);
 }
 

@@ -25,6 +25,7 @@ struct ServeOptions {
   int max_model_len = 0;  // prompt + max_tokens limit; 0 = the length the preset trains on (task.seq_len)
   int max_batch = 32;     // sequences per forward pass (1 = unbatched)
   double batch_window_ms = 2.0;  // when idle, gather requests for this long after the first arrives
+  bool kv_cache = true;          // generation on the KV cache (false: the whole forward per token)
   int http_threads = 256;        // connections open at once; one more is answered 503 server_busy
   int timeout_s = 30;            // a request must arrive whole within this; a write must progress within it
   std::ostream* log = nullptr;   // one line per request when set

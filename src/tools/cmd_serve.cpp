@@ -25,6 +25,9 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--batch-window-ms", o->batch_window_ms, "when idle, gather requests for this long")
       ->capture_default_str();
+  cmd->add_flag("!--no-kv-cache", o->kv_cache,
+                "generate without the KV cache: the whole forward over each sequence per token (the "
+                "reference path; default: prefill once, then one cached decode step per token)");
   cmd->add_option(
          "--http-threads", o->http_threads,
          "connections open at once (a thread each, started as they arrive); one more gets 503 server_busy")
