@@ -10,6 +10,7 @@
 #include "attention/attention.h"
 #include "attention/zoo.h"
 #include "core/runtime.h"
+#include "bench_configs.h"
 #include "memory_tracker.h"
 
 using namespace phasescope;
@@ -22,16 +23,7 @@ struct Result {
 };
 std::map<std::pair<std::string, int>, Result> g_results;
 
-// A laptop-size layer: d = 128, 4 heads of 32, window 16; compressed kinds at the paper's shapes.
-AttnConfig bench_config(AttnKind kind) {
-  AttnConfig c = attn_config_default(kind);
-  c.d_model = 128;
-  c.n_heads = 4;
-  c.head_dim = 32;
-  c.window = 16;
-  if (kind == AttnKind::DsCsa) c.index_topk = 64;
-  return c;
-}
+using bench::bench_config;
 
 double ideal_ratio(const AttnConfig& c, int T) {
   switch (c.kind) {

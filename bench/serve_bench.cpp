@@ -6,7 +6,8 @@
 // sample per request, as an HTTP evaluation sends them. Model: --checkpoint DIR, else w8s8-1kv at its seeded
 // random init (speed does not depend on training), written to a temp folder. Clients and server share this
 // machine's cores; the server's torch threads are PHASESCOPE_THREADS (default: all cores). Run by
-// scripts/bench.sh. Not a test.
+// scripts/bench.sh. Not a test. Then generation (max_tokens 32, 1 and 8 clients) on the KV cache against
+// --no-kv-cache: requests/s and generated tokens/s.
 //   usage: serve_bench [--checkpoint DIR] [--seconds S per cell (default 5)]
 #include <fmt/format.h>
 #include <httplib.h>
@@ -192,6 +193,41 @@ int main(int argc, char** argv) {
                  c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5), percentile(c.ms, 0.9),
                  percentile(c.ms, 0.99), c.mean_rows, c.errors);
     servers[b]->shutdown();
+  }
+
+  // generation: max_tokens 32 per request, on the KV cache (prefill once, one cached step per token)
+  // against the whole-forward path (--no-kv-cache), interleaved the same way
+  {
+    std::vector<std::string> gen_bodies;
+    for (const LayoutSample& s : design.samples)
+      gen_bodies.push_back(
+          nlohmann::json{{"prompt", s.tokens}, {"max_tokens", 32}, {"temperature", 0}}.dump());
+    std::vector<std::unique_ptr<Server>> gen;
+    for (bool cache : {true, false}) {
+      ServeOptions so;
+      so.checkpoint = checkpoint;
+      so.port = 0;
+      so.kv_cache = cache;
+      so.max_model_len = int(design.prompt_len) + 32;
+      so.http_threads = 80;
+      gen.emplace_back(new Server(so));
+      run_cell(*gen.back(), gen_bodies, 2, 0.5);  // warm-up
+    }
+    std::vector<std::vector<Cell>> gc(2);
+    for (int clients : {1, 8})
+      for (size_t b = 0; b < 2; ++b) gc[b].push_back(run_cell(*gen[b], gen_bodies, clients, seconds));
+    fmt::print("\ngeneration, max_tokens 32 (prompts of {} tokens), --max-batch 32 --batch-window-ms 2:\n",
+               design.prompt_len);
+    fmt::print("{:<32} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n", "server", "clients", "requests",
+               "req/s", "tokens/s", "p50 ms", "p90 ms", "errors");
+    for (size_t b = 0; b < 2; ++b) {
+      for (const Cell& c : gc[b])
+        fmt::print("{:<32} {:>7} {:>9} {:>9.2f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n",
+                   b == 0 ? "KV cache (default)" : "--no-kv-cache", c.clients, c.requests,
+                   double(c.requests) / c.seconds, 32.0 * double(c.requests) / c.seconds, percentile(c.ms, 0.5),
+                   percentile(c.ms, 0.9), c.errors);
+      gen[b]->shutdown();
+    }
   }
   fmt::print("load average at the end: {}\n", load_average());
   if (!tmp.empty()) std::filesystem::remove_all(tmp);

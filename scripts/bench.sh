@@ -2,8 +2,9 @@
 # bench.sh — the benchmarks (never part of the tests): attention scaling vs full attention at
 # T = 1K/4K/8K, the effect of the runtime set-up (allocator tuning, threads), training speed vs
 # PyTorch-Python, tokenizer encode speed vs the JavaScript reference (tests/js, via npm), the
-# HTTP server under load (serve_bench: req/s and latency at 1/8/64 clients, batched vs unbatched)
-# and the HTTP probe client's request rate against an instant local server (probe_bench).
+# HTTP server under load (serve_bench: req/s and latency at 1/8/64 clients, batched vs unbatched),
+# the HTTP probe client's request rate against an instant local server (probe_bench), and decoding with
+# the compressed KV cache per kind (decode_bench: cache bytes per token, cached step vs whole forward).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,11 +13,12 @@ if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install o
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get install -y -qq --no-install-recommends python3-torch
 fi
-bash scripts/build.sh --target attention_bench runtime_bench train_bench tokenizer_bench serve_bench probe_bench
+bash scripts/build.sh --target attention_bench decode_bench runtime_bench train_bench tokenizer_bench serve_bench probe_bench
 bash scripts/js_reference.sh   # the real tokenizer.json files and the JS reference tokenizer_bench runs
 ./build/tokenizer_bench
 ./build/runtime_bench
 ./build/train_bench
 ./build/attention_bench --benchmark_color=false
+./build/decode_bench
 ./build/serve_bench
 ./build/probe_bench
