@@ -9,8 +9,8 @@
 
 #include "attention/attention.h"
 #include "attention/zoo.h"
-#include "core/runtime.h"
 #include "bench_configs.h"
+#include "core/runtime.h"
 #include "memory_tracker.h"
 
 using namespace phasescope;

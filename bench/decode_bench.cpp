@@ -104,8 +104,9 @@ int main() {
     const double ratio = full_bpt > 0 ? r.bytes_per_token / full_bpt : 0;
     const double design = full_bpt > 0 ? r.design_bytes_per_token / full_bpt : 0;
     fmt::print("{:<10} {:>6} {:>12.2f} {:>10.4f} {:>13.4f} {:>6} {:>12.4f} {:>14} {:>10}\n", r.kind, r.T,
-               r.bytes_per_token, ratio, design, r.bytes_per_token == r.design_bytes_per_token ? "same" : "DIFFER",
-               r.decode_ms, r.forward_ms >= 0 ? fmt::format("{:.2f}", r.forward_ms) : "-",
+               r.bytes_per_token, ratio, design,
+               r.bytes_per_token == r.design_bytes_per_token ? "same" : "DIFFER", r.decode_ms,
+               r.forward_ms >= 0 ? fmt::format("{:.2f}", r.forward_ms) : "-",
                r.forward_ms >= 0 ? fmt::format("{:.1f}x", r.forward_ms / r.decode_ms) : "-");
   }
   return 0;

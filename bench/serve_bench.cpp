@@ -224,8 +224,8 @@ int main(int argc, char** argv) {
       for (const Cell& c : gc[b])
         fmt::print("{:<32} {:>7} {:>9} {:>9.2f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n",
                    b == 0 ? "KV cache (default)" : "--no-kv-cache", c.clients, c.requests,
-                   double(c.requests) / c.seconds, 32.0 * double(c.requests) / c.seconds, percentile(c.ms, 0.5),
-                   percentile(c.ms, 0.9), c.errors);
+                   double(c.requests) / c.seconds, 32.0 * double(c.requests) / c.seconds,
+                   percentile(c.ms, 0.5), percentile(c.ms, 0.9), c.errors);
       gen[b]->shutdown();
     }
   }

@@ -189,6 +189,52 @@ TEST(Study, QuickGridShardsMergedEqualOneProcess) {
   EXPECT_THROW(study_run(bad), Error);
 }
 
+// tagged rows beside their reference; the gates' static profile against the folded accuracy
+TEST(StudyFindings, AblationsAndGateAccuracyOnSyntheticRows) {
+  const std::vector<double> acc = {0.25, 0.27, 0.26, 0.20, 0.14, 0.10, 0.18, 0.21};
+  std::vector<double> next(8), same(8);
+  for (int p = 0; p < 8; ++p) next[size_t((p + 1) % 8)] = 3 * acc[size_t(p)];  // gate at p+1 follows acc at p
+  for (int p = 0; p < 8; ++p) same[size_t(p)] = 1 - acc[size_t(p)];            // gate at p opposes acc at p
+  auto row = [&](const std::string& tag, int weakest, std::vector<double> folded) {
+    json p = {{"S", 8},          {"mean", 0.2},
+              {"gap", 0.17},     {"gap_ci", {0.1, 0.3}},
+              {"period", 8},     {"weakest_phase", weakest},
+              {"folded", folded}};
+    return json{
+        {"id", "w8s8-1kv" + (tag.empty() ? "" : "-" + tag) + "@42"},
+        {"preset", "w8s8-1kv"},
+        {"seed", 42},
+        {"tag", tag},
+        {"kind", "chunked"},
+        {"S", 8},
+        {"W", 8},
+        {"protocols", {{"prefix", p}}},
+        {"explain",
+         {{"gates",
+           {{{"layer", 1}, {"branch", "k"}, {"kv_head", 0}, {"peak", 2}, {"static", 3.9}, {"profile", next}},
+            {{"layer", 1},
+             {"branch", "v"},
+             {"kv_head", 0},
+             {"peak", 3},
+             {"static", 7.8},
+             {"profile", same}}}}}}};
+  };
+  const std::vector<json> rows = {row("", 5, acc),
+                                  row("window0", 7, {0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.05})};
+  const json ab = study_ablations(rows);
+  ASSERT_EQ(ab.size(), 1u);
+  EXPECT_EQ(ab[0]["run"], "w8s8-1kv-window0@42");
+  EXPECT_EQ(ab[0]["reference"], "w8s8-1kv@42");
+  EXPECT_EQ(ab[0]["prefix"]["weakest_phase"], 7);
+  EXPECT_TRUE(ab[0]["prefix"]["boundary_weakest"].get<bool>());
+  EXPECT_EQ(ab[0]["prefix"]["reference_weakest_phase"], 5);
+  const json ga = study_gate_accuracy(rows);
+  ASSERT_EQ(ga.size(), 2u);
+  EXPECT_NEAR(ga[0]["gates"][0]["r_next_offset"].get<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(ga[0]["gates"][1]["r_same_offset"].get<double>(), -1.0, 1e-12);
+  EXPECT_TRUE(ga[1]["gates"][0]["r_next_offset"].is_number());
+}
+
 // a run's attention overrides reach every layer (the preset's per-layer list would otherwise win)
 TEST(Study, AttentionOverridesReachEveryLayer) {
   StudyRun run{

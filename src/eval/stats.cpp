@@ -428,4 +428,22 @@ Stats stats_compute(const std::vector<JournalRecord>& records, const StatsOption
   return st;
 }
 
+double stats_pearson(const std::vector<double>& a, const std::vector<double>& b) {
+  const size_t n = a.size();
+  if (n < 2 || b.size() != n) return std::nan("");
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return std::nan("");
+    ma += a[i] / double(n);
+    mb += b[i] / double(n);
+  }
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : std::nan("");
+}
+
 }  // namespace phasescope

@@ -42,6 +42,10 @@ struct TestResult {
 };
 
 // Chi-square test of homogeneity of k proportions (a 2 x k table); groups with n = 0 are left out.
+// Pearson correlation of two equally long series; NaN when shorter than 2, either is constant, or a value
+// is not finite.
+double stats_pearson(const std::vector<double>& a, const std::vector<double>& b);
+
 TestResult chi2_homogeneity(const std::vector<int64_t>& correct, const std::vector<int64_t>& n);
 
 // Cochran's Q for a complete block design: blocks[b][j] in {0, 1} (b = block, j = treatment).

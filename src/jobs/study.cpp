@@ -19,6 +19,7 @@
 #include "core/json_fields.h"
 #include "eval/model_backend.h"
 #include "eval/runner.h"
+#include "eval/stats.h"
 #include "explain/explain.h"
 #include "model/config.h"
 #include "model/load.h"
@@ -612,6 +613,79 @@ std::string study_format_findings(const json& findings) {
   return s;
 }
 
+json study_gate_accuracy(const std::vector<json>& rows) {
+  json out = json::array();
+  for (const json& r : rows) {
+    const json* p = prot(r, "prefix");
+    if (!p || !r.contains("explain") || r.value("kind", "") != "chunked" ||
+        r.value("W", 0) != r.value("S", -1))
+      continue;
+    const int S = r["S"].get<int>();
+    std::vector<double> acc;
+    for (const json& v : (*p)["folded"]) acc.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+    if (int(acc.size()) != S) continue;
+    json gates = json::array();
+    for (const json& g : r["explain"]["gates"]) {
+      const std::vector<double> prof = g["profile"].get<std::vector<double>>();
+      if (int(prof.size()) != S) continue;
+      json rs = json::object();
+      for (int shift : {0, 1}) {
+        std::vector<double> x;
+        for (int ph = 0; ph < S; ++ph) x.push_back(prof[size_t((ph + shift) % S)]);
+        rs[shift == 0 ? "r_same_offset" : "r_next_offset"] = stats_pearson(acc, x);
+      }
+      gates.push_back({{"layer", g["layer"]},
+                       {"branch", g["branch"]},
+                       {"kv_head", g["kv_head"]},
+                       {"peak", g["peak"]},
+                       {"static", g["static"]},
+                       {"r_same_offset", rs["r_same_offset"]},
+                       {"r_next_offset", rs["r_next_offset"]}});
+    }
+    out.push_back({{"run", r["id"]},
+                   {"S", S},
+                   {"prefix_folded", (*p)["folded"]},
+                   {"weakest_phase", (*p)["weakest_phase"]},
+                   {"gates", gates}});
+  }
+  return out;
+}
+
+json study_ablations(const std::vector<json>& rows) {
+  json out = json::array();
+  for (const json& r : rows) {
+    if (r.value("tag", "").empty()) continue;
+    const json* ref = nullptr;
+    for (const json& q : rows)
+      if (q.value("preset", "") == r.value("preset", "") && q.value("seed", 0) == r.value("seed", 0) &&
+          q.value("tag", "").empty())
+        ref = &q;
+    json a = {{"run", r["id"]}, {"reference", ref ? (*ref)["id"] : json(nullptr)}};
+    for (const std::string protocol : {"prefix", "in-sequence"}) {
+      const json* p = prot(r, protocol);
+      if (!p) continue;
+      const int S = (*p)["S"].get<int>();
+      json e = {{"mean", (*p)["mean"]},
+                {"gap", (*p)["gap"]},
+                {"gap_ci", (*p)["gap_ci"]},
+                {"period", (*p)["period"]},
+                {"weakest_phase", (*p)["weakest_phase"]},
+                {"boundary_weakest", (*p)["weakest_phase"].get<int>() == S - 1},
+                {"learned", protocol != "prefix" || num(*p, "mean") >= kLearned},
+                {"folded", (*p)["folded"]}};
+      if (ref && prot(*ref, protocol)) {
+        const json& q = *prot(*ref, protocol);
+        e["reference_mean"] = q["mean"];
+        e["reference_gap"] = q["gap"];
+        e["reference_weakest_phase"] = q["weakest_phase"];
+      }
+      a[protocol] = e;
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------- aggregate
 
 namespace {
@@ -729,7 +803,50 @@ void study_report(const json& study, const std::vector<json>& rows, const std::s
         }
     report_add_section(doc, {"reference", "W8/S8 · 1 KV per seed: folded accuracy and the weakest phase",
                              html_table({"seed", "protocol", "phase 0..7 (%)", "weakest"}, t)});
+  }  // tagged runs against their untagged reference, and where the static gates sit relative to the weak
+     // phases
+  {
+    std::vector<std::vector<std::string>> t;
+    for (const json& a : study["ablations"])
+      for (const std::string protocol : {"prefix", "in-sequence"}) {
+        if (!a.contains(protocol)) continue;
+        const json& e = a[protocol];
+        std::string phases;
+        for (const json& v : e["folded"]) phases += pct(v.is_number() ? v.get<double>() : std::nan("")) + " ";
+        t.push_back({a["run"].get<std::string>(),
+                     a["reference"].is_null() ? "-" : a["reference"].get<std::string>(), protocol,
+                     pct(num(e, "mean")) +
+                         (e.contains("reference_mean") ? " (" + pct(num(e, "reference_mean")) + ")" : ""),
+                     pct(num(e, "gap")) +
+                         (e.contains("reference_gap") ? " (" + pct(num(e, "reference_gap")) + ")" : ""),
+                     std::to_string(e["weakest_phase"].get<int>()) +
+                         (e.contains("reference_weakest_phase")
+                              ? " (" + std::to_string(e["reference_weakest_phase"].get<int>()) + ")"
+                              : ""),
+                     phases});
+      }
+    if (!t.empty())
+      report_add_section(
+          doc,
+          {"ablations", "Ablations: tagged runs beside their reference (in brackets)",
+           html_table({"run", "reference", "protocol", "mean", "gap", "weakest phase", "phase 0..S-1 (%)"},
+                      t)});
+    std::vector<std::vector<std::string>> g;
+    for (const json& r : study["gate_accuracy"])
+      for (const json& x : r["gates"])
+        g.push_back({r["run"].get<std::string>(),
+                     fmt::format("L{} {} h{}", x["layer"].get<int>(), x["branch"].get<std::string>(),
+                                 x["kv_head"].get<int>()),
+                     std::to_string(x["peak"].get<int>()), fmt::format("{:.2f}", num(x, "r_same_offset")),
+                     fmt::format("{:.2f}", num(x, "r_next_offset"))});
+    if (!g.empty())
+      report_add_section(
+          doc, {"gate-accuracy", "Static gates against the weak phases (W = S runs, prefix)",
+                "<p>Pearson r between the folded accuracy at phase p and a gate's static profile at offset p "
+                "(same) or p + 1 (the record's name, next offset), mod S.</p>" +
+                    html_table({"run", "gate", "peak offset", "r (offset p)", "r (offset p+1)"}, g)});
   }
+
   // knockouts, gates, cycling
   {
     std::vector<std::vector<std::string>> ko, gates, cyc;
@@ -965,6 +1082,8 @@ StudyResult study_run(const StudyOptions& opt) {
   s["kv_bytes"] = {{"context", kKvContext}, {"bytes_per_value", kKvBytes}};
   s["runs"] = runs;
   s["findings"] = study_findings(rows);
+  s["gate_accuracy"] = study_gate_accuracy(rows);
+  s["ablations"] = study_ablations(rows);
   s["missing"] = res.missing;
   json failed = json::array();
   for (const auto& [id, error] : res.failed) failed.push_back({{"run", id}, {"error", error}});

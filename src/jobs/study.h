@@ -89,6 +89,17 @@ StudyResult study_run(const StudyOptions& opt);
 // "figures"}; verdict "holds" | "does not hold" | "inconclusive". Pure: tests feed rows directly.
 nlohmann::json study_findings(const std::vector<nlohmann::json>& rows);
 
+// Where the weak phases sit relative to the static gates: for each chunked W = S row with explain gates,
+// per layer, branch and KV head, Pearson r between the prefix accuracy folded to phase p and the gate's
+// static profile at offset p ("r_same_offset") and p + 1 mod S ("r_next_offset": the record's name
+// follows its key). Descriptive; no verdict.
+nlohmann::json study_gate_accuracy(const std::vector<nlohmann::json>& rows);
+
+// Each tagged row (an ablation of a preset) beside the untagged row of the same preset and seed, per
+// protocol: mean, gap, weakest phase, whether the boundary phase S - 1 is the weakest, and the
+// reference's mean, gap and weakest phase.
+nlohmann::json study_ablations(const std::vector<nlohmann::json>& rows);
+
 // The findings as a plain-text table (id, verdict, the figures in one line).
 std::string study_format_findings(const nlohmann::json& findings);
 
