@@ -9,7 +9,10 @@
 // logits equal forward's (fp64 1e-10, fp32 1e-4).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "attention/kv_memory.h"
+#include "attention/zoo.h"
 #include "attention_testing.h"
 #include "core/check.h"
 #include "model/config.h"
@@ -57,6 +60,62 @@ TEST(Decode, EveryVariantEqualsTheForward) {
   }
   EXPECT_EQ(checked, 2 * 5 * variants);  // every variant (DeepSeek CSA with indexer and overlap, HCA,
                                          // V4.1 CSA2, window-only included), both dtypes
+}
+
+// The indexer's selection (a partial top-k plus ties in entry order) is the trace's sorted picks: the
+// entries a query attends to are exactly those it lists, ties at the k-th score included (ReLU makes
+// many scores exactly 0 on random weights).
+TEST(Decode, IndexerSelectionIsTheSortedTopK) {
+  int64_t ties = 0;
+  for (const auto& variant : attention_variants()) {
+    if (!attn_is_ds(variant.cfg) || variant.cfg.index_topk <= 0) continue;
+    torch::manual_seed(11);
+    Attention a(variant.cfg);
+    a->to(torch::kFloat64);
+    attention_randomize(*a);
+    torch::NoGradGuard ng;
+    const int64_t B = 2, T = 64;
+    AttnTrace tr;
+    a->forward(torch::randn({B, T, variant.cfg.d_model}, torch::kFloat64), 0, &tr);
+    ASSERT_TRUE(tr.index_topk.defined() && tr.entry_prob.defined()) << variant.name;
+    const int64_t N = tr.entry_prob.size(3);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        std::set<int64_t> picked, attended;
+        for (int64_t i = 0; i < tr.index_topk.size(2); ++i)
+          if (tr.index_topk[b][t][i].item<int64_t>() >= 0)
+            picked.insert(tr.index_topk[b][t][i].item<int64_t>());
+        for (int64_t j = 0; j < N; ++j)
+          if (tr.entry_prob[b][0][t][j].item<double>() > 0)
+            attended.insert(j + tr.entry_start[0].item<int64_t>() / variant.cfg.ratio);
+        ASSERT_EQ(picked, attended) << variant.name << " b " << b << " t " << t;
+        auto sc = tr.index_score[b][t];
+        const int64_t kk = int64_t(picked.size());
+        if (kk > 0 && kk < N) {
+          auto top = std::get<0>(sc.topk(kk + 1));
+          ties += top[kk - 1].item<double>() == top[kk].item<double>();
+        }
+      }
+  }
+  EXPECT_GT(ties, 0) << "no tie at the k-th score was exercised";
+  // every score tied (indexer weights zero): the earliest visible entries are taken
+  AttnConfig c = zoo_config(AttnKind::DsCsa);
+  c.index_topk = 3;
+  torch::manual_seed(12);
+  Attention a(c);
+  a->to(torch::kFloat64);
+  {
+    torch::NoGradGuard ng;
+    a->param("idx_ww").zero_();
+    AttnTrace tr;
+    a->forward(torch::randn({1, 40, c.d_model}, torch::kFloat64), 0, &tr);
+    for (int64_t t = 0; t < 40; ++t) {
+      const int64_t visible = (t + 1) / c.ratio;  // entry j is visible once token (j+1)*m - 1 arrived
+      for (int64_t j = 0; j < tr.entry_prob.size(3); ++j)
+        EXPECT_EQ(tr.entry_prob[0][0][t][j].item<double>() > 0, j < std::min<int64_t>(visible, 3))
+            << t << " " << j;
+    }
+  }
 }
 
 TEST(Decode, DecoderLogitsEqualTheForward) {

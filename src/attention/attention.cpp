@@ -73,11 +73,12 @@ struct LocalSpec {
 // One joint softmax over raw tokens (block-local), compressed entries and the sink.
 //   q:  [B, T, H, D]        k, v: [B, T, Hkv, D]      (raw tokens at pos0 + t)
 //   kc, vc: [B, N, Hkv, D]  entry_last: [N] int64      (entry n visible to p iff entry_last[n] <= p)
-//   entry_mask: [B, T, N] bool or undefined (indexer selection)
+//   entry_idx: [B, T, K] int64 or undefined: an indexer's selection. Each query then reads only its K
+//              entries (-1 = none), gathered per query: T x K entry products instead of T x N (Hkv = 1)
 //   sink: [H] or undefined. Returns [B, T, H, D].
 torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const torch::Tensor& kc, const torch::Tensor& vc,
-                              const torch::Tensor& entry_last, const torch::Tensor& entry_mask,
+                              const torch::Tensor& entry_last, const torch::Tensor& entry_idx,
                               const LocalSpec& local, const torch::Tensor& sink, int64_t pos0,
                               AttnTrace* trace) {
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2), G = H / Hkv;
@@ -127,19 +128,30 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
       raw_ok.view({1, 1, nb, 1, L, KB * L}).expand({B, Hkv, nb, G, L, KB * L})};
 
   // compressed entries: scores [B, Hkv, nb, G, L, N], visible iff entry_last <= query position
-  torch::Tensor vcb;
-  if (N > 0) {  // every query block reads the same entries: one [nb*G*L, D] x [D, N] product per (B, Hkv)
+  torch::Tensor vcb, sel, ksel, vsel;  // gathered: sel [B, Tp, K] (clamped), ksel / vsel [B, Tp, K, D]
+  const bool gathered = N > 0 && entry_idx.defined();
+  const int64_t NE = gathered ? entry_idx.size(2) : N;  // entry columns of the joint softmax
+  if (gathered) {  // the indexer picked K entries per query: gather them, one [H, D] x [D, K] product each
+    PS_ASSERT(Hkv == 1, "joint_attention: gathered entries need one KV head");
+    auto idx = torch::constant_pad_nd(entry_idx, {0, 0, 0, Tp - T}, -1);  // [B, Tp, K]
+    auto valid = idx >= 0;
+    sel = idx.clamp_min(0);
+    auto gather = [&](const torch::Tensor& t) {  // [B, N, 1, D] -> [B, Tp, K, D]
+      return t.squeeze(2).gather(1, sel.view({B, Tp * NE, 1}).expand({B, Tp * NE, D})).view({B, Tp, NE, D});
+    };
+    ksel = gather(kc);
+    vsel = vc.is_same(kc) ? ksel : gather(vc);
+    auto sc = torch::matmul(qp, ksel.transpose(-1, -2)) * scale;  // [B, Tp, H, K]
+    parts.push_back(sc.view({B, nb, L, 1, H, NE}).permute({0, 3, 1, 4, 2, 5}));
+    masks.push_back(valid.view({B, 1, nb, 1, L, NE}).expand({B, 1, nb, H, L, NE}));
+  } else if (N >
+             0) {  // every query block reads the same entries: one [nb*G*L, D] x [D, N] product per (B, Hkv)
     auto kcb = kc.permute({0, 2, 3, 1});  // [B, Hkv, D, N]
     vcb = vc.permute({0, 2, 1, 3});       // [B, Hkv, N, D]
     parts.push_back(
         (torch::matmul(qf.reshape({B, Hkv, nb * G * L, D}), kcb) * scale).reshape({B, Hkv, nb, G, L, N}));
     auto vis = entry_last.view({1, 1, N}) <= (qi + pos0);  // [nb, L, N]
-    auto cm = vis.view({1, 1, nb, 1, L, N}).expand({B, Hkv, nb, G, L, N});
-    if (entry_mask.defined()) {
-      auto em = torch::constant_pad_nd(entry_mask.to(torch::kInt64), {0, 0, 0, Tp - T}).to(torch::kBool);
-      cm = cm & em.view({B, 1, nb, 1, L, N});
-    }
-    masks.push_back(cm);
+    masks.push_back(vis.view({1, 1, nb, 1, L, N}).expand({B, Hkv, nb, G, L, N}));
   }
   if (sink.defined()) {
     parts.push_back(sink.view({1, Hkv, 1, G, 1, 1}).expand({B, Hkv, nb, G, L, 1}));
@@ -151,15 +163,27 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
                          sink.defined() || local.all || (local.window >= 1 && !local.cover_end.defined()));
   auto p_raw = p.narrow(-1, 0, KB * L);
   auto o = torch::matmul(p_raw.reshape({B, Hkv, nb, G * L, KB * L}), vw).reshape({B, Hkv, nb, G, L, D});
-  if (N > 0)
+  torch::Tensor p_sel;  // gathered: [B, Tp, H, K]
+  if (gathered) {
+    p_sel = p.narrow(-1, KB * L, NE).permute({0, 2, 4, 1, 3, 5}).reshape({B, Tp, H, NE});
+    o = o + torch::matmul(p_sel, vsel).view({B, nb, L, 1, H, D}).permute({0, 3, 1, 4, 2, 5});
+  } else if (N > 0) {
     o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb)
                 .reshape({B, Hkv, nb, G, L, D});
+  }
 
   if (trace && trace->probs) {
     auto to_bhtx = [&](const torch::Tensor& t) {  // [B, Hkv, nb, G, L, X] -> [B, H, T, X]
       return t.permute({0, 1, 3, 2, 4, 5}).reshape({B, H, Tp, t.size(-1)}).narrow(2, 0, T);
     };
-    if (N > 0) trace->entry_prob = to_bhtx(p.narrow(-1, KB * L, N)).detach();
+    if (gathered) {  // back to one column per entry: [B, H, T, N]
+      auto ps = p_sel.detach().narrow(1, 0, T).permute({0, 2, 1, 3});  // [B, H, T, K]
+      auto si = sel.narrow(1, 0, T).unsqueeze(1).expand({B, H, T, NE});
+      auto ok = (entry_idx >= 0).unsqueeze(1).expand({B, H, T, NE}).to(ps.dtype());
+      trace->entry_prob = torch::zeros({B, H, T, N}, q.options()).scatter_add_(3, si, ps * ok);
+    } else if (N > 0) {
+      trace->entry_prob = to_bhtx(p.narrow(-1, KB * L, N)).detach();
+    }
     auto dense = torch::zeros({B, H, T, T}, q.options());
     auto pr = to_bhtx(p_raw).detach();                                             // [B, H, T, KB*L]
     auto kidx = ki.expand({nb, L, KB * L}).reshape({Tp, KB * L}).narrow(0, 0, T);  // key index per slot
@@ -548,6 +572,30 @@ static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const 
   return rope_apply(pooled, jj * m, attn_rope_inv_freq(c, rope_dims));
 }
 
+// The indexer's selection: of the visible entries (vis, broadcast to score [B, T, N]; score is -inf where
+// not visible), the k with the highest scores, ties to the earlier entry; all visible ones when fewer.
+// One partial top-k for the k-th score, then the ties at it in entry order: O(T N) where a full sort of
+// every row was O(T N log N). Returns [B, T, N] bool. forward and decode.
+static torch::Tensor ds_topk_mask(const torch::Tensor& score, const torch::Tensor& vis, int64_t k) {
+  const int64_t kk = std::min<int64_t>(k, score.size(-1));
+  auto thr = std::get<0>(score.topk(kk, -1, /*largest=*/true, /*sorted=*/false)).amin(-1, true);  // [B, T, 1]
+  auto above = (score > thr) & vis;
+  auto room = kk - above.sum(-1, true);  // places left for entries scoring exactly thr
+  auto ties = (score == thr) & vis;
+  auto take_ties = ties & (ties.cumsum(-1) <= room);  // the earliest ones
+  return above | take_ties;
+}
+
+// The selected entries of mask [B, T, N] as indices [B, T, min(k, N)] in entry order, -1 past the
+// selected ones (the entries a query attends to; their order does not matter to the softmax).
+static torch::Tensor ds_mask_indices(const torch::Tensor& mask, int64_t k) {
+  const int64_t N = mask.size(-1), kk = std::min<int64_t>(k, N);
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(mask.device());
+  auto rank = mask.to(torch::kInt64) * (N - torch::arange(N, iopt));  // selected: N - j > 0, else 0
+  auto idx = std::get<1>(rank.topk(kk, -1));                          // [B, T, kk]
+  return idx.masked_fill(mask.gather(-1, idx).logical_not(), -1);
+}
+
 // The indexer's scores I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j) of queries at positions pos [T]
 // (qa [B, T, q_rank], x [B, T, d]) against indexer keys ki [B, N, DI]: [B, T, N]. forward and decode.
 static torch::Tensor ds_index_scores(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& qa,
@@ -596,7 +644,7 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   torch::Tensor starts, kc;
   if (c.kind != AttnKind::DsWindow)
     kc = ds_compress(*this, c, x, pos0, "comp_", D, rd, &starts, trace ? &trace->gate_alpha : nullptr);
-  torch::Tensor entry_last, entry_mask;
+  torch::Tensor entry_last, entry_idx;
   if (kc.defined()) {
     const int64_t N = kc.size(1);
     entry_last = starts + c.ratio - 1;
@@ -612,12 +660,12 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
       auto score = ds_index_scores(*this, c, qa, x, pos, ki);  // [B, T, N]
       auto vis = entry_last.view({1, N}) <= pos.view({T, 1});  // [T, N]
       score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-      auto order =
-          std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
-      auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                                // [T]
-      auto take = (torch::arange(N, iopt).view({1, N}) < keep.view({T, 1})).unsqueeze(0).expand({B, T, N});
-      entry_mask = torch::zeros({B, T, N}, iopt.dtype(torch::kBool)).scatter(-1, order, take);
+      entry_idx = ds_mask_indices(ds_topk_mask(score, vis.unsqueeze(0), c.index_topk), c.index_topk);
       if (trace) {
+        auto order =
+            std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
+        auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                                // [T]
+        auto take = (torch::arange(N, iopt).view({1, N}) < keep.view({T, 1})).unsqueeze(0).expand({B, T, N});
         // the picks in selection order (score descending, ties to the earlier entry), -1 past the kept ones
         const int64_t k = c.index_topk, kk = std::min<int64_t>(k, N);
         const int64_t j0 = starts[0].item<int64_t>() / c.ratio;  // first entry's index
@@ -634,7 +682,7 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
   local.block = std::max(1, c.window);
   auto sink = c.sink ? param("sink") : torch::Tensor();
   auto o =
-      joint_attention(q, lat, lat, kc, kc, entry_last, entry_mask, local, sink, pos0, trace);  // [B, T, H, D]
+      joint_attention(q, lat, lat, kc, kc, entry_last, entry_idx, local, sink, pos0, trace);  // [B, T, H, D]
   o = rope_apply(o, pos, attn_rope_inv_freq(c, rd), /*sign=*/-1);  // de-rotate the output's rotary dims
   return output(o);
 }
@@ -780,10 +828,8 @@ torch::Tensor AttentionImpl::decode_ds(const torch::Tensor& x, AttnCache* cache)
     auto sc = torch::matmul(qg, C.kc.permute({0, 2, 3, 1})) * scale;  // [B, 1, H, N]
     if (c.index_topk > 0 && N > c.index_topk) {
       torch::NoGradGuard no_grad;
-      auto score = ds_index_scores(*this, c, qa, x, pos, C.ki).squeeze(1);  // [B, N]
-      auto order = std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
-      auto take = (torch::arange(N, iopt) < c.index_topk).view({1, N}).expand({B, N});
-      auto picked = torch::zeros({B, N}, iopt.dtype(torch::kBool)).scatter(-1, order, take);
+      auto score = ds_index_scores(*this, c, qa, x, pos, C.ki);  // [B, 1, N], every entry visible
+      auto picked = ds_topk_mask(score, torch::ones_like(score, iopt.dtype(torch::kBool)), c.index_topk);
       sc = sc.masked_fill(picked.logical_not().view({B, 1, 1, N}), -std::numeric_limits<double>::infinity());
     }
     parts.push_back(sc);
