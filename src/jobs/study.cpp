@@ -890,7 +890,8 @@ std::string fmt_duration(double seconds) {
 
 }  // namespace
 
-int study_merge_rows(const std::string& from, const std::string& out, std::ostream* log) {
+int study_merge_rows(const std::string& from, const std::string& out, const std::set<std::string>& ids,
+                     std::ostream* log) {
   const fs::path src = fs::path(from) / "runs";
   if (!fs::is_directory(src))
     fail(from, "has no runs/ folder: it is not a study output folder",
@@ -903,7 +904,8 @@ int study_merge_rows(const std::string& from, const std::string& out, std::ostre
   int copied = 0;
   for (const fs::path& d : dirs) {
     const fs::path row = d / "row.json";
-    if (!fs::exists(row)) continue;  // unfinished there: it resumes where it was started
+    if (!fs::exists(row)) continue;                  // unfinished there: it resumes where it was started
+    if (!ids.count(d.filename().string())) continue;  // another grid's run
     const std::string text = io_read_text(row.string(), "");
     const std::string fix = "delete " + row.string() + " (that run is redone) or leave it out of --merge";
     const json j = json_parse_or_fail(text, row.string(), fix);
@@ -948,7 +950,9 @@ StudyResult study_run(const StudyOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
 
   // rows finished elsewhere (other shards' output folders): copied in, never recomputed
-  for (const std::string& from : opt.merge) res.merged += study_merge_rows(from, res.out, log);
+  std::set<std::string> ids;
+  for (const StudyRun& run : grid.runs) ids.insert(run.id());
+  for (const std::string& from : opt.merge) res.merged += study_merge_rows(from, res.out, ids, log);
 
   // this shard's runs that have no row yet (or a row scored on fewer prompts than asked)
   if (opt.run) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,10 +78,12 @@ struct StudyResult {
 // "K/N" -> opt->shard_k, opt->shard_n (Error naming --shard when it is not K/N; study_run checks the range).
 void study_shard_parse(const std::string& text, StudyOptions* opt);
 
-// Copy the rows of another study output folder (from/runs/<id>/row.json) into out/runs/ where out has
-// none; a row out already holds is kept. Returns how many were copied; Error naming the folder when it is
-// not a study output. Unfinished runs there are not copied (they resume where they were started).
-int study_merge_rows(const std::string& from, const std::string& out, std::ostream* log);
+// Copy the rows of another study output folder (from/runs/<id>/row.json) whose run ids are in `ids` (this
+// grid's runs) into out/runs/ where out has none; a row out already holds is kept. Returns how many were
+// copied; Error naming the folder when it is not a study output. Unfinished runs there are not copied
+// (they resume where they were started).
+int study_merge_rows(const std::string& from, const std::string& out, const std::set<std::string>& ids,
+                     std::ostream* log);
 
 // Run this shard's runs that have no row yet, then aggregate every row under out/runs/.
 StudyResult study_run(const StudyOptions& opt);
