@@ -574,26 +574,24 @@ static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const 
 
 // The indexer's selection: of the visible entries (vis, broadcast to score [B, T, N]; score is -inf where
 // not visible), the k with the highest scores, ties to the earlier entry; all visible ones when fewer.
-// One partial top-k for the k-th score, then the ties at it in entry order: O(T N) where a full sort of
-// every row was O(T N log N). Returns [B, T, N] bool. forward and decode.
-static torch::Tensor ds_topk_mask(const torch::Tensor& score, const torch::Tensor& vis, int64_t k) {
-  const int64_t kk = std::min<int64_t>(k, score.size(-1));
-  auto thr = std::get<0>(score.topk(kk, -1, /*largest=*/true, /*sorted=*/false)).amin(-1, true);  // [B, T, 1]
+// One partial top-k gives the k-th score; only ties at it in entry order need more. O(T N) where a full
+// sort of every row was O(T N log N). Returns the picks [B, T, min(k, N)] in no particular order, -1 past
+// the picked ones (fewer visible than k). forward and decode.
+static torch::Tensor ds_topk_select(const torch::Tensor& score, const torch::Tensor& vis, int64_t k) {
+  const int64_t N = score.size(-1), kk = std::min<int64_t>(k, N);
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(score.device());
+  auto [top, idx] = score.topk(kk, -1, /*largest=*/true, /*sorted=*/false);  // [B, T, kk]
+  auto thr = top.amin(-1, true);                                             // the k-th score, [B, T, 1]
   auto above = (score > thr) & vis;
-  auto room = kk - above.sum(-1, true);  // places left for entries scoring exactly thr
   auto ties = (score == thr) & vis;
-  auto take_ties = ties & (ties.cumsum(-1) <= room);  // the earliest ones
-  return above | take_ties;
-}
-
-// The selected entries of mask [B, T, N] as indices [B, T, min(k, N)] in entry order, -1 past the
-// selected ones (the entries a query attends to; their order does not matter to the softmax).
-static torch::Tensor ds_mask_indices(const torch::Tensor& mask, int64_t k) {
-  const int64_t N = mask.size(-1), kk = std::min<int64_t>(k, N);
-  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(mask.device());
-  auto rank = mask.to(torch::kInt64) * (N - torch::arange(N, iopt));  // selected: N - j > 0, else 0
-  auto idx = std::get<1>(rank.topk(kk, -1));                          // [B, T, kk]
-  return idx.masked_fill(mask.gather(-1, idx).logical_not(), -1);
+  auto n_above = above.sum(-1, true), n_ties = ties.sum(-1, true);
+  if ((n_above + n_ties <= kk).all().item<bool>())  // no tie straddles the k-th place: top-k's set is it
+    return idx.masked_fill(vis.expand_as(score).gather(-1, idx).logical_not(), -1);
+  // ties at the k-th score straddle it somewhere: the earliest ones fill the places left
+  auto mask = above | (ties & (ties.cumsum(-1) <= kk - n_above));
+  auto rank = mask.to(torch::kInt64) * (N - torch::arange(N, iopt));  // picked: N - j > 0, else 0
+  auto picks = std::get<1>(rank.topk(kk, -1));
+  return picks.masked_fill(mask.gather(-1, picks).logical_not(), -1);
 }
 
 // The indexer's scores I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j) of queries at positions pos [T]
@@ -660,7 +658,7 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
       auto score = ds_index_scores(*this, c, qa, x, pos, ki);  // [B, T, N]
       auto vis = entry_last.view({1, N}) <= pos.view({T, 1});  // [T, N]
       score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-      entry_idx = ds_mask_indices(ds_topk_mask(score, vis.unsqueeze(0), c.index_topk), c.index_topk);
+      entry_idx = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, T, min(k, N)]
       if (trace) {
         auto order =
             std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
@@ -829,7 +827,9 @@ torch::Tensor AttentionImpl::decode_ds(const torch::Tensor& x, AttnCache* cache)
     if (c.index_topk > 0 && N > c.index_topk) {
       torch::NoGradGuard no_grad;
       auto score = ds_index_scores(*this, c, qa, x, pos, C.ki);  // [B, 1, N], every entry visible
-      auto picked = ds_topk_mask(score, torch::ones_like(score, iopt.dtype(torch::kBool)), c.index_topk);
+      auto picks = ds_topk_select(score, torch::ones_like(score, iopt.dtype(torch::kBool)), c.index_topk);
+      auto picked =
+          torch::zeros({B, 1, N}, iopt.dtype(torch::kBool)).scatter(-1, picks, true);  // k < N: all valid
       sc = sc.masked_fill(picked.logical_not().view({B, 1, 1, N}), -std::numeric_limits<double>::infinity());
     }
     parts.push_back(sc);

@@ -904,7 +904,7 @@ int study_merge_rows(const std::string& from, const std::string& out, const std:
   int copied = 0;
   for (const fs::path& d : dirs) {
     const fs::path row = d / "row.json";
-    if (!fs::exists(row)) continue;                  // unfinished there: it resumes where it was started
+    if (!fs::exists(row)) continue;                   // unfinished there: it resumes where it was started
     if (!ids.count(d.filename().string())) continue;  // another grid's run
     const std::string text = io_read_text(row.string(), "");
     const std::string fix = "delete " + row.string() + " (that run is redone) or leave it out of --merge";
