@@ -147,6 +147,48 @@ TEST(Decode, DecoderLogitsEqualTheForward) {
   }
 }
 
+// sequences of different lengths decode together (each over its own cache) and one can leave midway
+TEST(Decode, RaggedBatchEqualsEachSequencesForward) {
+  for (const char* preset : {"w8s8-1kv", "dsv4-csa"}) {
+    Preset p = preset_load(preset);
+    p.model.vocab_size = 64;
+    p.model.d_model = 32;
+    if (!attn_is_ds(p.model.layers.at(0))) p.model.head_dim = 8;
+    model_config_sync(p.model, preset);
+    torch::manual_seed(4);
+    Decoder m(p.model);
+    m->to(torch::kFloat64);
+    torch::NoGradGuard ng;
+    const std::vector<int64_t> prompt_len = {5, 12, 20};
+    const int64_t steps = 30;
+    std::vector<torch::Tensor> seqs, full;
+    std::vector<std::vector<AttnCache>> caches(3);
+    for (size_t i = 0; i < 3; ++i) {
+      seqs.push_back(torch::randint(0, 64, {1, prompt_len[i] + steps}, torch::kInt64));
+      full.push_back(m->forward(seqs[i]));  // [1, T, V]
+      m->prefill(seqs[i].narrow(1, 0, prompt_len[i]), &caches[i]);
+    }
+    double worst = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      std::vector<size_t> live = s < 12 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 2};
+      if (s == 12) caches[1].clear();  // sequence 1 finished: its cache is freed, the others go on
+      std::vector<int64_t> toks;
+      std::vector<std::vector<AttnCache>*> cs;
+      for (size_t i : live) {
+        toks.push_back(seqs[i][0][prompt_len[i] + s].item<int64_t>());
+        cs.push_back(&caches[i]);
+      }
+      auto logits = m->decode_ragged(torch::tensor(toks).view({int64_t(live.size()), 1}), cs);  // [B', 1, V]
+      for (size_t r = 0; r < live.size(); ++r) {
+        const size_t i = live[r];
+        worst = std::max(worst, max_abs_diff(logits[int64_t(r)], full[i][0].narrow(0, prompt_len[i] + s, 1)));
+      }
+    }
+    EXPECT_LE(worst, 1e-10) << preset;
+    EXPECT_TRUE(caches[1].empty());
+  }
+}
+
 // generation with the cache gives the tokens and log-probs of generation without it
 TEST(Decode, CachedGenerationEqualsUncached) {
   Preset p = preset_load("w8s8-1kv");
