@@ -118,6 +118,22 @@ TEST(Decode, IndexerSelectionIsTheSortedTopK) {
   }
 }
 
+// Long inputs select in blocks of queries, each against the entries it can see; the traced forward selects
+// in one shot. Both must give the same output (T = 4096: four blocks of 1024 queries).
+TEST(Decode, BlockedIndexerSelectionEqualsOneShot) {
+  AttnConfig c = zoo_config(AttnKind::DsCsa);
+  c.index_topk = 5;
+  torch::manual_seed(13);
+  Attention a(c);
+  a->to(torch::kFloat64);
+  attention_randomize(*a);
+  torch::NoGradGuard ng;
+  auto x = torch::randn({1, 4096, c.d_model}, torch::kFloat64);
+  AttnTrace tr;
+  tr.probs = false;
+  EXPECT_LE(max_abs_diff(a->forward(x, 0), a->forward(x, 0, &tr)), 1e-12);
+}
+
 TEST(Decode, DecoderLogitsEqualTheForward) {
   for (const char* preset :
        {"w8s8-1kv", "full-1kv", "w8s4-1kv", "uncompressed-tail", "tied-kv", "dsv4-csa", "hca", "v41-csa2"}) {

@@ -655,17 +655,40 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
       auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", c.index_dim, attn_index_rope_dims(c), nullptr)
                     .squeeze(2);   // [B, N, DI]
       torch::NoGradGuard no_grad;  // the selection is discrete; the LM loss does not train the indexer
-      auto score = ds_index_scores(*this, c, qa, x, pos, ki);  // [B, T, N]
-      auto vis = entry_last.view({1, N}) <= pos.view({T, 1});  // [T, N]
-      score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-      entry_idx = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, T, min(k, N)]
-      if (trace) {
+      const int64_t kk = std::min<int64_t>(c.index_topk, N);
+      if (!trace) {
+        // in blocks of queries, each scored only against the entries its last query can see (causal: half
+        // the T x N scores), a block's scores small enough to stay in cache: [B, T, kk]
+        const int64_t Q = std::max<int64_t>(64, (int64_t(1) << 20) / std::max<int64_t>(1, B * N));
+        std::vector<torch::Tensor> parts;
+        for (int64_t t0 = 0; t0 < T; t0 += Q) {
+          const int64_t n = std::min(Q, T - t0);
+          auto pb = pos.narrow(0, t0, n);
+          const int64_t Nb = (entry_last <= pos0 + t0 + n - 1).sum().item<int64_t>();  // a prefix of entries
+          if (Nb == 0) {
+            parts.push_back(torch::full({B, n, kk}, -1, iopt));
+            continue;
+          }
+          auto vis = entry_last.narrow(0, 0, Nb).view({1, Nb}) <= pb.view({n, 1});  // [n, Nb]
+          auto score =
+              ds_index_scores(*this, c, qa.narrow(1, t0, n), x.narrow(1, t0, n), pb, ki.narrow(1, 0, Nb))
+                  .masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+          auto sel = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, n, min(k, Nb)]
+          if (sel.size(2) < kk) sel = torch::cat({sel, torch::full({B, n, kk - sel.size(2)}, -1, iopt)}, 2);
+          parts.push_back(sel);
+        }
+        entry_idx = torch::cat(parts, 1);
+      } else {
+        auto score = ds_index_scores(*this, c, qa, x, pos, ki);  // [B, T, N]
+        auto vis = entry_last.view({1, N}) <= pos.view({T, 1});  // [T, N]
+        score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+        entry_idx = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, T, kk]
         auto order =
             std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
         auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                                // [T]
         auto take = (torch::arange(N, iopt).view({1, N}) < keep.view({T, 1})).unsqueeze(0).expand({B, T, N});
         // the picks in selection order (score descending, ties to the earlier entry), -1 past the kept ones
-        const int64_t k = c.index_topk, kk = std::min<int64_t>(k, N);
+        const int64_t k = c.index_topk;
         const int64_t j0 = starts[0].item<int64_t>() / c.ratio;  // first entry's index
         auto picks = (order.narrow(-1, 0, kk) + j0)
                          .masked_fill(take.narrow(-1, 0, kk).logical_not(), -1);  // [B, T, kk]
