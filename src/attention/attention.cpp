@@ -108,8 +108,10 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   // products batch over (B, Hkv, nb) with the G heads' L queries stacked as rows: a few hundred
   // 64 x 32 products rather than thousands of 16 x 32 ones (libtorch's small-matrix bmm path
   // loops per batch and dominated the step)
-  auto qf = qb.reshape({B, Hkv, nb, G * L, D});  // [B, Hkv, nb, G*L, D]
-  auto s_raw = (torch::matmul(qf, kw.transpose(-1, -2)) * scale).reshape({B, Hkv, nb, G, L, KB * L});
+  // the 1/sqrt(D) scale on the queries (T x H x D values) rather than on the scores (T x H x keys): one
+  // score-sized temporary less, which is most of the peak memory of a long sequence
+  auto qf = qb.reshape({B, Hkv, nb, G * L, D}) * scale;  // [B, Hkv, nb, G*L, D]
+  auto s_raw = torch::matmul(qf, kw.transpose(-1, -2)).reshape({B, Hkv, nb, G, L, KB * L});
 
   // which raw key each query may see: [nb, L, KB*L] (broadcast over B, Hkv, G)
   auto qi = (torch::arange(nb, iopt).view({nb, 1, 1}) * L + torch::arange(L, iopt).view({1, L, 1}));
@@ -141,15 +143,14 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
     };
     ksel = gather(kc);
     vsel = vc.is_same(kc) ? ksel : gather(vc);
-    auto sc = torch::matmul(qp, ksel.transpose(-1, -2)) * scale;  // [B, Tp, H, K]
+    auto sc = torch::matmul(qp * scale, ksel.transpose(-1, -2));  // [B, Tp, H, K]
     parts.push_back(sc.view({B, nb, L, 1, H, NE}).permute({0, 3, 1, 4, 2, 5}));
     masks.push_back(valid.view({B, 1, nb, 1, L, NE}).expand({B, 1, nb, H, L, NE}));
   } else if (N >
              0) {  // every query block reads the same entries: one [nb*G*L, D] x [D, N] product per (B, Hkv)
     auto kcb = kc.permute({0, 2, 3, 1});  // [B, Hkv, D, N]
     vcb = vc.permute({0, 2, 1, 3});       // [B, Hkv, N, D]
-    parts.push_back(
-        (torch::matmul(qf.reshape({B, Hkv, nb * G * L, D}), kcb) * scale).reshape({B, Hkv, nb, G, L, N}));
+    parts.push_back(torch::matmul(qf.reshape({B, Hkv, nb * G * L, D}), kcb).reshape({B, Hkv, nb, G, L, N}));
     auto vis = entry_last.view({1, 1, N}) <= (qi + pos0);  // [nb, L, N]
     masks.push_back(vis.view({1, 1, nb, 1, L, N}).expand({B, Hkv, nb, G, L, N}));
   }
