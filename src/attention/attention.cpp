@@ -55,11 +55,18 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& m
 // backward; otherwise masked_softmax, which gives an empty row zeros.
 torch::Tensor joint_softmax(const std::vector<torch::Tensor>& parts, const std::vector<torch::Tensor>& masks,
                             bool never_empty) {
-  auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
-  auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
-  if (!never_empty) return masked_softmax(scores, allowed);
-  return torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()),
-                        -1);
+  if (!never_empty) {
+    auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
+    auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
+    return masked_softmax(scores, allowed);
+  }
+  // each part masked on its own, then joined: its (broadcast) mask is never materialized and each part's
+  // product is freed once masked, so the forward holds about two score-sized tensors, not four
+  std::vector<torch::Tensor> masked;
+  for (size_t i = 0; i < parts.size(); ++i)  // where() reads the broadcast mask as it is (no negated copy)
+    masked.push_back(torch::where(
+        masks[i], parts[i], torch::full({}, -std::numeric_limits<float>::infinity(), parts[i].options())));
+  return torch::softmax(masked.size() == 1 ? masked[0] : torch::cat(masked, -1), -1);
 }
 
 // How the raw (uncompressed) tokens are chosen for each query.
