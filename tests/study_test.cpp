@@ -42,6 +42,28 @@ TEST(StudyGrid, PaperGridCoversThePapersRunsWithEnoughSeeds) {
   EXPECT_THROW(study_grid("no-such-grid", {42}), Error);
 }
 
+// the mitigations grid: every candidate at the reference's KV memory (within 0.5% at 128K), three seeds
+TEST(StudyGrid, MitigationCandidatesKeepTheReferenceMemory) {
+  const StudyGrid g = study_grid("mitigations", {42, 43, 44, 45});
+  const auto bytes = [](const std::string& preset) {
+    return model_kv_bytes_per_token(preset_load(preset).model.layers, 131072, 2);
+  };
+  const double ref = bytes("w8s8-1kv");
+  std::map<std::string, std::set<uint64_t>> seeds;
+  for (const StudyRun& r : g.runs) {
+    seeds[r.preset].insert(r.seed);
+    if (r.family.rfind("candidate", 0) == 0) EXPECT_NEAR(bytes(r.preset) / ref, 1.0, 0.005) << r.preset;
+  }
+  EXPECT_EQ(seeds.size(), 7u);
+  for (const auto& [preset, s] : seeds) EXPECT_EQ(s, (std::set<uint64_t>{42, 43, 44})) << preset;
+  // the candidates differ from the reference where they say they do
+  EXPECT_EQ(preset_load("w16s8-1kv").model.layers[0].W, 16);
+  EXPECT_EQ(preset_load("w8s8-shift").model.token_shift, 1);
+  const Preset mixed = preset_load("mixed-s6-s12");
+  EXPECT_EQ(mixed.model.layers[0].S, 6);
+  EXPECT_EQ(mixed.model.layers[1].S, 12);
+}
+
 TEST(StudyFindings, RulesOnSyntheticRows) {
   auto prot = [](double mean, double gap, double gap_lo, double q95, int period, int weakest,
                  std::vector<double> folded) {

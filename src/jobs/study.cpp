@@ -116,9 +116,21 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
     add("w4s4-1kv", {seeds[0]}, "window-stride", "W4/S4 · 1 KV");
     add("no-rope", {seeds[0]}, "position", "no RoPE");
     add("uniform", {seeds[0]}, "operator", "uniform averaging");
+  } else if (name == "mitigations") {
+    // issue 14: candidates at the W8/S8 reference's KV memory beside the baselines, three seeds each;
+    // the reference and baseline ids are the paper grid's, so `--merge docs/study` reuses those rows
+    const std::vector<uint64_t> three(seeds.begin(), seeds.begin() + std::min<size_t>(3, seeds.size()));
+    add("w8s8-1kv", three, "reference", "W8/S8 · 1 KV");
+    add("w8s4-1kv", three, "baseline", "W8/S4 · 1 KV");
+    add("uniform", three, "baseline", "uniform averaging");
+    add("full-1kv", three, "baseline", "Full attention · 1 KV");
+    add("w16s8-1kv", three, "candidate: overlap at equal memory", "");
+    add("w8s8-shift", three, "candidate: token shift", "");
+    add("mixed-s6-s12", three, "candidate: mixed strides", "");
   } else {
     const std::string fix =
-        "pass --grid paper, --grid quick, or a grid file {\"name\", \"toy\", \"runs\": [{\"preset\", "
+        "pass --grid paper, --grid quick, --grid mitigations, or a grid file {\"name\", \"toy\", \"runs\": "
+        "[{\"preset\", "
         "\"seed\", "
         "...}]}";
     if (!fs::is_regular_file(name)) fail("--grid " + name, "is neither a built-in grid nor a file", fix);

@@ -43,6 +43,9 @@ struct StudyGrid {
 // harder full-attention setting off the ceiling; the reference W8/S8 · 1 KV on every seed; every other
 // compressed family on the first two seeds), plus our DeepSeek-V4 CSA/HCA and V4.1 CSA2. "quick": a
 // toy grid for tests and a first look (full, W8/S8 on two seeds, W8/S4, W4/S4, no RoPE, uniform).
+// "mitigations" (issue 14): the W8/S8 reference, W8/S4, uniform averaging and full attention beside the
+// candidates at the reference's KV memory (W16/S8 overlap, token shift, mixed strides W6/S6 + W12/S12),
+// three seeds each.
 // Anything else is a grid file: {"name", "toy": bool, "runs": [{"preset", "seed", "family", "paper",
 // "tag", "overrides"}]}. seeds: the reference's seeds (default 42, 43, 44, 45; families take the first
 // two, baselines the first). Throws Error for an unknown grid, a bad file or a duplicated run id.
