@@ -426,6 +426,7 @@ void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor
         logits = logits + b;
       }
       alpha = torch::softmax(logits, 2);
+      if (gate_hook_) gate_hook_(br, alpha);
     }
     if (alpha_out) *alpha_out = alpha.detach();
     return (alpha * payload).sum(2);  // [B, N, Hkv, D]

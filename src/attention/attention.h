@@ -43,6 +43,11 @@ struct AttnTrace {
 // replacement); unset in training and evaluation.
 using HeadHook = std::function<torch::Tensor(const torch::Tensor& o)>;
 
+// Called with every chunked entry gate a forward makes, with its graph: branch "ck" or "cv" and alpha
+// [B, N, W, Hkv, 1 or D] (softmax over W). Used by training regularizers (train/gate_penalty.h); unset
+// otherwise. Uniform gates have no distribution to report.
+using GateHook = std::function<void(const std::string& branch, const torch::Tensor& alpha)>;
+
 // The decode-time state of one layer for a batch of sequences that advance together (same length),
 // exactly what attn_kv_memory (kv_memory.h) counts: raw keys/values of the tokens still visible (full:
 // all; window / chunked: the last w; uncompressed tail: those after the last finished entry's end),
@@ -96,6 +101,7 @@ class AttentionImpl : public torch::nn::Module {
 
   const AttnConfig& config() const { return cfg_; }
   void set_head_hook(HeadHook hook) { head_hook_ = std::move(hook); }  // empty = none
+  void set_gate_hook(GateHook hook) { gate_hook_ = std::move(hook); }  // empty = none
   torch::Tensor& param(const std::string& name);  // throws if this config has no such parameter
 
  private:
@@ -118,6 +124,7 @@ class AttentionImpl : public torch::nn::Module {
   AttnConfig cfg_;
   std::map<std::string, torch::Tensor> params_;
   HeadHook head_hook_;
+  GateHook gate_hook_;
 };
 TORCH_MODULE(Attention);
 

@@ -83,6 +83,7 @@ const JsonTable<TrainConfig>& train_table() {
       {"eval_examples", json_field(&TrainConfig::eval_examples)},
       {"ckpt_every", json_field(&TrainConfig::ckpt_every)},
       {"seed", json_field(&TrainConfig::seed)},
+      {"gate_entropy_bonus", json_field(&TrainConfig::gate_entropy_bonus)},
   };
   return t;
 }

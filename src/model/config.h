@@ -71,6 +71,10 @@ struct TrainConfig {
   int eval_examples = 256;
   int ckpt_every = 200;
   uint64_t seed = 42;
+  // lambda >= 0 of the static-gate entropy bonus (issue 14, train/gate_penalty.h): the loss gains lambda x
+  // the mean over chunked layers, branches and KV heads of 1 - exp(H(E[alpha])) / W, where E[alpha] is the
+  // gate distribution averaged over the batch's windows. Per-window, content-driven gating stays free.
+  double gate_entropy_bonus = 0;
 };
 
 struct Preset {

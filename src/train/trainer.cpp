@@ -21,6 +21,7 @@
 #include "data/tasks.h"
 #include "model/checkpoint.h"
 #include "model/load.h"
+#include "train/gate_penalty.h"
 
 namespace phasescope {
 
@@ -328,13 +329,19 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
 
     optimizer.zero_grad();
     if (opt.before_step) opt.before_step(*model, step);
-    auto loss = lm_loss_scored(*model, b.tokens, b.targets);  // logits only where a target is
+    torch::Tensor loss, penalty;  // the task's loss (logged), and the gate penalty when one is asked for
+    {
+      std::unique_ptr<GateCollector> gates;
+      if (tc.gate_entropy_bonus > 0) gates = std::make_unique<GateCollector>(*model);
+      loss = lm_loss_scored(*model, b.tokens, b.targets);  // logits only where a target is
+      if (gates) penalty = gate_entropy_penalty(gates->alphas());
+    }
     const double lv = loss.item<double>();
     if (!std::isfinite(lv)) {
       diverged(fmt::format("loss became {} at step {}", lv, step + 1));
       break;
     }
-    loss.backward();
+    (penalty.defined() ? loss + tc.gate_entropy_bonus * penalty : loss).backward();
     // the global gradient norm (clipped when configured); an overflowing gradient stops the run too
     const double gnorm = torch::nn::utils::clip_grad_norm_(
         model->parameters(), tc.clip > 0 ? tc.clip : std::numeric_limits<double>::infinity());
@@ -359,6 +366,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       log(fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} {:.1f}k tok/s elapsed {} eta {}", step, tc.steps,
                       lv, lr, tok_s / 1e3, fmt_duration(elapsed), fmt_duration(eta)));
       row = {{"step", step}, {"loss", lv}, {"lr", lr}, {"tok_s", tok_s}, {"elapsed_s", elapsed}};
+      if (penalty.defined()) row["gate_penalty"] = penalty.item<double>();
       t_window = now;
       window_tokens = 0;
     }
