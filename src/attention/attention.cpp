@@ -448,8 +448,6 @@ int64_t AttnCache::values() const {
   return held / std::max<int64_t>(B, 1);
 }
 
-bool attn_can_decode(const AttnConfig&) { return true; }
-
 torch::Tensor AttentionImpl::prefill(const torch::Tensor& x, AttnCache* cache) {
   const AttnConfig& c = cfg_;
   PS_ASSERT(x.dim() == 3 && x.size(2) == c.d_model, "prefill input must be [B, T, d_model]");
@@ -665,33 +663,29 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
                     .squeeze(2);   // [B, N, DI]
       torch::NoGradGuard no_grad;  // the selection is discrete; the LM loss does not train the indexer
       const int64_t kk = std::min<int64_t>(c.index_topk, N);
-      if (!trace) {
-        // in blocks of queries, each scored only against the entries its last query can see (causal: half
-        // the T x N scores), a block's scores small enough to stay in cache: [B, T, kk]
-        const int64_t Q = std::max<int64_t>(64, (int64_t(1) << 20) / std::max<int64_t>(1, B * N));
-        std::vector<torch::Tensor> parts;
-        for (int64_t t0 = 0; t0 < T; t0 += Q) {
-          const int64_t n = std::min(Q, T - t0);
-          auto pb = pos.narrow(0, t0, n);
-          const int64_t Nb = (entry_last <= pos0 + t0 + n - 1).sum().item<int64_t>();  // a prefix of entries
-          if (Nb == 0) {
-            parts.push_back(torch::full({B, n, kk}, -1, iopt));
-            continue;
-          }
-          auto vis = entry_last.narrow(0, 0, Nb).view({1, Nb}) <= pb.view({n, 1});  // [n, Nb]
-          auto score =
-              ds_index_scores(*this, c, qa.narrow(1, t0, n), x.narrow(1, t0, n), pb, ki.narrow(1, 0, Nb))
-                  .masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-          auto sel = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, n, min(k, Nb)]
-          if (sel.size(2) < kk) sel = torch::cat({sel, torch::full({B, n, kk - sel.size(2)}, -1, iopt)}, 2);
-          parts.push_back(sel);
+      // in blocks of queries, each scored only against the entries its last query can see (causal: half
+      // the T x N scores), a block's scores small enough to stay in cache; one block when traced, whose
+      // scores the trace keeps: entry_idx [B, T, kk]
+      const int64_t Q = trace ? T : std::max<int64_t>(64, (int64_t(1) << 20) / std::max<int64_t>(1, B * N));
+      std::vector<torch::Tensor> parts;
+      torch::Tensor score, vis;  // of the last block
+      for (int64_t t0 = 0; t0 < T; t0 += Q) {
+        const int64_t n = std::min(Q, T - t0);
+        auto pb = pos.narrow(0, t0, n);
+        const int64_t Nb = (entry_last <= pos0 + t0 + n - 1).sum().item<int64_t>();  // a prefix of entries
+        if (Nb == 0) {
+          parts.push_back(torch::full({B, n, kk}, -1, iopt));
+          continue;
         }
-        entry_idx = torch::cat(parts, 1);
-      } else {
-        auto score = ds_index_scores(*this, c, qa, x, pos, ki);  // [B, T, N]
-        auto vis = entry_last.view({1, N}) <= pos.view({T, 1});  // [T, N]
-        score = score.masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-        entry_idx = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, T, kk]
+        vis = entry_last.narrow(0, 0, Nb).view({1, Nb}) <= pb.view({n, 1});  // [n, Nb]
+        score = ds_index_scores(*this, c, qa.narrow(1, t0, n), x.narrow(1, t0, n), pb, ki.narrow(1, 0, Nb))
+                    .masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+        auto sel = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, n, min(k, Nb)]
+        if (sel.size(2) < kk) sel = torch::cat({sel, torch::full({B, n, kk - sel.size(2)}, -1, iopt)}, 2);
+        parts.push_back(sel);
+      }
+      entry_idx = torch::cat(parts, 1);
+      if (trace) {  // one block: T queries against all N entries (the last query sees every entry)
         auto order =
             std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
         auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                                // [T]

@@ -74,9 +74,6 @@ struct AttnCache {
   int64_t values() const;        // values held per sequence (vc / v counted once when shared)
 };
 
-// Every kind decodes (kept for callers that ask).
-bool attn_can_decode(const AttnConfig& cfg);
-
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const AttnConfig& cfg);

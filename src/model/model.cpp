@@ -59,10 +59,7 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, int64_t pos0, std
 }
 
 bool decoder_can_decode(const ModelConfig& cfg) {
-  if (cfg.token_shift > 0) return false;
-  for (const AttnConfig& a : cfg.layers)
-    if (!attn_can_decode(a)) return false;
-  return true;
+  return cfg.token_shift == 0;  // every attention kind decodes
 }
 
 torch::Tensor DecoderImpl::prefill(const torch::Tensor& tokens, std::vector<AttnCache>* caches) {

@@ -4,15 +4,16 @@
 namespace phasescope {
 
 torch::Tensor gate_static_concentration_t(const torch::Tensor& alpha) {
-  auto mean = alpha.mean(std::vector<int64_t>{0, 1}).mean(-1);                        // [W, Hkv]: E[alpha] over windows, channels
-  auto h = -(mean * torch::log(mean.clamp_min(1e-30))).sum(0);      // [Hkv] entropy over the W offsets
+  auto mean = alpha.mean(std::vector<int64_t>{0, 1}).mean(-1);  // [W, Hkv]: E[alpha] over windows, channels
+  auto h = -(mean * torch::log(mean.clamp_min(1e-30))).sum(0);  // [Hkv] entropy over the W offsets
   return torch::exp(h);
 }
 
 torch::Tensor gate_entropy_penalty(const std::vector<torch::Tensor>& alphas) {
   if (alphas.empty()) return torch::zeros({});
   std::vector<torch::Tensor> terms;
-  for (const torch::Tensor& a : alphas) terms.push_back(1.0 - gate_static_concentration_t(a) / double(a.size(2)));
+  for (const torch::Tensor& a : alphas)
+    terms.push_back(1.0 - gate_static_concentration_t(a) / double(a.size(2)));
   return torch::cat(terms).mean();
 }
 
