@@ -861,7 +861,11 @@ TEST(ServeShutdown, ChildServesUntilSignal) {
   if (!dir) GTEST_SKIP() << "runs only as the child of SigtermFinishesInFlightRequestsAndExitsZero";
   std::ofstream log(std::string(dir) + "/serve.log");
   ServeOptions o = ts::local_options(dir);
-  o.max_model_len = 1024;  // room for a generation long enough to be surely in flight at SIGTERM
+  o.max_model_len = 1024;
+  // an idle engine holds a first request this long before its first forward pass (a stop cuts the wait
+  // short), so the parent's request is surely in flight when its SIGTERM comes 1 s after sending it,
+  // however fast generation on the KV cache is
+  o.batch_window_ms = 5000;
   EXPECT_EQ(serve_until_signal(o, log), 0);
 }
 
@@ -903,7 +907,7 @@ TEST(ServeShutdown, SigtermFinishesInFlightRequestsAndExitsZero) {
                          json{{"prompt", "bos k4"}, {"max_tokens", 400}, {"temperature", 0}});
     replied_ms = since_ms(t0);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   const double kill_ms = since_ms(t0);
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   t.join();
