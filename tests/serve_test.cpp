@@ -862,10 +862,10 @@ TEST(ServeShutdown, ChildServesUntilSignal) {
   std::ofstream log(std::string(dir) + "/serve.log");
   ServeOptions o = ts::local_options(dir);
   o.max_model_len = 1024;
-  // an idle engine holds a first request this long before its first forward pass (a stop cuts the wait
-  // short), so the parent's request is surely in flight when its SIGTERM comes 1 s after sending it,
-  // however fast generation on the KV cache is
-  o.batch_window_ms = 5000;
+  // an idle engine holds a first request this long before its first forward pass, so the parent's
+  // request is surely in flight when its SIGTERM comes 1 s after sending it, however fast generation on
+  // the KV cache is (the graceful stop lets the window run out, then generates all 400 tokens)
+  o.batch_window_ms = 3000;
   EXPECT_EQ(serve_until_signal(o, log), 0);
 }
 
