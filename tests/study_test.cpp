@@ -54,7 +54,7 @@ TEST(StudyGrid, MitigationCandidatesKeepTheReferenceMemory) {
     seeds[r.preset].insert(r.seed);
     if (r.family.rfind("candidate", 0) == 0) EXPECT_NEAR(bytes(r.preset) / ref, 1.0, 0.005) << r.preset;
   }
-  EXPECT_EQ(seeds.size(), 7u);
+  EXPECT_EQ(seeds.size(), 8u);
   for (const auto& [preset, s] : seeds) EXPECT_EQ(s, (std::set<uint64_t>{42, 43, 44})) << preset;
   // the candidates differ from the reference where they say they do
   EXPECT_EQ(preset_load("w16s8-1kv").model.layers[0].W, 16);
@@ -62,6 +62,8 @@ TEST(StudyGrid, MitigationCandidatesKeepTheReferenceMemory) {
   const Preset mixed = preset_load("mixed-s6-s12");
   EXPECT_EQ(mixed.model.layers[0].S, 6);
   EXPECT_EQ(mixed.model.layers[1].S, 12);
+  EXPECT_GT(preset_load("w8s8-gate-entropy").train.gate_entropy_bonus, 0);
+  EXPECT_EQ(preset_load("w8s8-gate-entropy").model.layers[0].W, 8);
 }
 
 TEST(StudyFindings, RulesOnSyntheticRows) {
