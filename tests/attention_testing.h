@@ -66,6 +66,23 @@ inline std::vector<Variant> attention_variants() {
     c.S = 4;
   });
   chunked("sink", [](AttnConfig& c) { c.sink = true; });
+  // staggered grids (issue 14): the partial first block, with and without overlap, tail, uniform gates
+  chunked("staggered", [](AttnConfig& c) { c.grid_offset = c.S / 2; });
+  chunked("staggered_w8s6_overlap", [](AttnConfig& c) {
+    c.W = 8;
+    c.S = 6;
+    c.grid_offset = 5;
+  });
+  chunked("staggered_tail_vector", [](AttnConfig& c) {
+    c.uncompressed_tail = true;
+    c.gate = GateKind::Vector;
+    c.grid_offset = 1;
+  });
+  chunked("staggered_uniform_tied", [](AttnConfig& c) {
+    c.gate = GateKind::Uniform;
+    c.tied_kv = true;
+    c.grid_offset = 3;
+  });
   chunked("deepseek_style", [](AttnConfig& c) {
     c.W = 8;
     c.S = 4;

@@ -127,5 +127,74 @@ TEST(GatePenalty, TrainingWithTheBonusConcentratesLess) {
   EXPECT_LT(with, without);
 }
 
+// The coverage repulsion (candidate 5): overlap of static phase profiles, read through each layer's grid
+// offset; 1/S for uniform gates, 1 for two gates on one phase, 0 on different phases.
+TEST(GateCoverage, OverlapOfPhaseProfilesThroughTheGridOffset) {
+  auto onehot = [](int i) {
+    auto a = torch::zeros({2, 3, 8, 1, 1}, torch::kFloat64);
+    a.select(2, i).fill_(1.0);
+    return a;
+  };
+  const auto uniform = torch::full({2, 3, 8, 1, 1}, 1.0 / 8, torch::kFloat64);
+  EXPECT_NEAR(gate_coverage_penalty({{0, "ck", 8, 0, uniform}, {1, "ck", 8, 0, uniform}}).item<double>(),
+              1.0 / 8, 1e-12);
+  EXPECT_NEAR(gate_coverage_penalty({{0, "ck", 8, 0, onehot(3)}, {1, "ck", 8, 0, onehot(3)}}).item<double>(),
+              1.0, 1e-12);
+  EXPECT_NEAR(gate_coverage_penalty({{0, "ck", 8, 0, onehot(3)}, {1, "ck", 8, 0, onehot(5)}}).item<double>(),
+              0.0, 1e-12);
+  // the same offset on grids staggered by 4 is two phases (3 and 7): no overlap; offset 7 on the
+  // staggered grid is phase 3 again
+  EXPECT_NEAR(gate_coverage_penalty({{0, "ck", 8, 0, onehot(3)}, {1, "ck", 8, 4, onehot(3)}}).item<double>(),
+              0.0, 1e-12);
+  EXPECT_NEAR(gate_coverage_penalty({{0, "ck", 8, 0, onehot(3)}, {1, "ck", 8, 4, onehot(7)}}).item<double>(),
+              1.0, 1e-12);
+  // pairs form within a branch only, and KV heads of one layer pair with each other
+  EXPECT_EQ(gate_coverage_penalty({{0, "ck", 8, 0, onehot(3)}, {1, "cv", 8, 0, onehot(3)}}).numel(), 1);
+  EXPECT_NEAR(gate_coverage_penalty({{0, "ck", 8, 0, onehot(3)}, {1, "cv", 8, 0, onehot(3)}}).item<double>(),
+              0.0, 1e-12);
+  auto two_heads = torch::zeros({1, 2, 8, 2, 1}, torch::kFloat64);
+  two_heads.select(2, 1).select(2, 0).fill_(1.0);  // offset 1, KV head 0
+  two_heads.select(2, 1).select(2, 1).fill_(1.0);  // offset 1, KV head 1
+  EXPECT_NEAR(gate_coverage_penalty({{0, "ck", 8, 0, two_heads}}).item<double>(), 1.0, 1e-12);
+  // W = 2S folds two offsets onto each phase
+  auto w16 = torch::zeros({1, 1, 16, 1, 1}, torch::kFloat64);
+  w16.select(2, 2).fill_(0.5);
+  w16.select(2, 10).fill_(0.5);
+  EXPECT_NEAR(gate_phase_profiles({0, "ck", 8, 0, w16})[0][2].item<double>(), 1.0, 1e-12);
+}
+
+TEST(GateCoverage, GradientMatchesFiniteDifferencesAndTheCollectorKnowsEachGatesLayer) {
+  Preset p = tiny_chunked("scalar");
+  p.model.layers[1].grid_offset = 4;
+  torch::manual_seed(4);
+  Decoder m(p.model);
+  m->to(torch::kFloat64);
+  auto tokens = torch::randint(0, 40, {2, 32}, torch::kInt64);
+  auto penalty = [&] {
+    GateCollector g(*m);
+    m->hidden(tokens);
+    EXPECT_EQ(g.gates().size(), 4u);
+    for (const CollectedGate& c : g.gates()) EXPECT_EQ(c.offset, c.layer == 1 ? 4 : 0) << c.layer;
+    return gate_coverage_penalty(g.gates());
+  };
+  torch::Tensor& w = m->attention(0)->param("cv_gate_b");
+  penalty().backward();
+  const auto grad = w.grad().clone();
+  EXPECT_GT(grad.abs().max().item<double>(), 1e-6);
+  torch::NoGradGuard ng;
+  double worst = 0;
+  for (int64_t flat = 0; flat < w.numel(); ++flat) {
+    auto v = w.view({-1});
+    const double x0 = v[flat].item<double>(), eps = 1e-6;
+    v[flat] = x0 + eps;
+    const double up = penalty().item<double>();
+    v[flat] = x0 - eps;
+    const double down = penalty().item<double>();
+    v[flat] = x0;
+    worst = std::max(worst, std::fabs((up - down) / (2 * eps) - grad.view({-1})[flat].item<double>()));
+  }
+  EXPECT_LE(worst, 1e-7);
+}
+
 }  // namespace
 }  // namespace phasescope

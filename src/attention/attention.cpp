@@ -246,6 +246,14 @@ torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, con
   return o.reshape({N, H, D});
 }
 
+// The hidden states of chunked entries' tokens: x [B, T, d] holds positions pos0 .., starts [N] the
+// entries' first positions. Returns [B, N, W, d], row (n, i) = token starts[n] + i; rows before pos0
+// (the partial block of a staggered grid) repeat token pos0 as a placeholder the gate masks out.
+torch::Tensor entry_tokens(const torch::Tensor& x, const torch::Tensor& starts, int64_t pos0, int64_t W) {
+  auto tok = starts.view({-1, 1}) + torch::arange(W, starts.options()).view({1, W}) - pos0;  // [N, W]
+  return x.index({Slice(), tok.clamp_min(0)});
+}
+
 // Apply one map per in-window offset: xg [B, N, W, d], w [Hkv, W, R, d] -> [B, N, W, Hkv, R].
 torch::Tensor per_offset_apply(const torch::Tensor& xg, const torch::Tensor& w) {
   const int64_t B = xg.size(0), N = xg.size(1), W = xg.size(2), d = xg.size(3);
@@ -360,29 +368,27 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
   }
 
   if (c.kind == AttnKind::Chunked) {
-    // entries j = j0 .. j0+N-1 with j*S >= pos0 and j*S + W - 1 <= pos0 + T - 1
-    const int64_t S = c.S, W = c.W;
-    const int64_t j0 = (pos0 + S - 1) / S;
-    const int64_t last_j = (pos0 + T - W) >= 0 ? (pos0 + T - W) / S : -1;
-    const int64_t N = std::max<int64_t>(0, last_j - j0 + 1);
+    // entries j = j0 .. j0+N-1: start o + j*S >= pos0 (or the partial block j = -1 at pos0 = 0) and
+    // last token o + j*S + W - 1 <= pos0 + T - 1 (chunk_first_entry, chunk_entry_count)
+    const int64_t S = c.S, W = c.W, o = c.grid_offset;
+    const int64_t j0 = chunk_first_entry(c, pos0), N = chunk_entry_count(c, pos0, T);
     if (N > 0) {
-      auto jj = torch::arange(j0, j0 + N, iopt);                                    // [N]
-      auto tok = jj.view({N, 1}) * S + torch::arange(W, iopt).view({1, W}) - pos0;  // [N, W] token index
+      auto starts = torch::arange(j0, j0 + N, iopt) * S + o;  // [N] first token (may be < 0: partial)
       torch::Tensor alpha_k, alpha_v;
-      chunked_entries(x.index({Slice(), tok}), jj, &kc, &vc, trace ? &alpha_k : nullptr,
-                      trace ? &alpha_v : nullptr);  // x gathered: [B, N, W, d]
+      chunked_entries(entry_tokens(x, starts, pos0, W), starts, &kc, &vc, trace ? &alpha_k : nullptr,
+                      trace ? &alpha_v : nullptr);
       if (trace) {
         trace->gate_alpha = alpha_k;
         trace->gate_alpha_v = alpha_v;
       }
-      entry_last = jj * S + W - 1;
-      if (trace) trace->entry_start = jj * S;
+      entry_last = starts + W - 1;
+      if (trace) trace->entry_start = starts.clamp_min(0);
     }
     if (c.uncompressed_tail) {
-      // last token covered by a visible entry: latest j with j*S + W - 1 <= p, if j >= j0
+      // last token covered by a visible entry: latest j with o + j*S + W - 1 <= p, if j >= j0
       auto p = pos.to(torch::kFloat64);
-      auto jl = torch::floor((p - double(W - 1)) / double(S)).to(torch::kInt64);  // [T]
-      local.cover_end = torch::where(jl >= j0, jl * S + W - 1, torch::full_like(jl, pos0 - 1));
+      auto jl = torch::floor((p - double(W - 1 + o)) / double(S)).to(torch::kInt64);  // [T]
+      local.cover_end = torch::where(jl >= j0, jl * S + o + W - 1, torch::full_like(jl, pos0 - 1));
       local.block = W + S - 1;  // the tail never exceeds W + S - 2 tokens before the query
       local.window = 0;
     }
@@ -399,14 +405,21 @@ torch::Tensor AttentionImpl::forward_mha(const torch::Tensor& x, int64_t pos0, A
   return output(o);
 }
 
-// Chunked entries from their tokens' hidden states: xg [B, N, W, d] (offset i of entry j = token
-// j*S + i), jj [N] entry indices. kc [B, N, Hkv, D] is pooled, RMS-normed (k_norm) and rotated at j*S;
-// vc the value branch's pool (or kc when tied). alpha_k / alpha_v (optional): the gates [B, N, W, Hkv,
-// 1 or D]. The one place entries are made: forward and decode both call it.
-void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor& jj, torch::Tensor* kc,
+// Chunked entries from their tokens' hidden states: xg [B, N, W, d] (offset i of the entry starting at
+// s = o + j*S is token s + i), starts [N] those s. Offsets with s + i < 0 (the partial block of a
+// staggered grid; their rows of xg are placeholders) get no gate mass. kc [B, N, Hkv, D] is pooled,
+// RMS-normed (k_norm) and rotated at max(s, 0); vc the value branch's pool (or kc when tied). alpha_k /
+// alpha_v (optional): the gates [B, N, W, Hkv, 1 or D]. The one place entries are made: forward,
+// prefill and decode call it.
+void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor& starts, torch::Tensor* kc,
                                     torch::Tensor* vc, torch::Tensor* alpha_k, torch::Tensor* alpha_v) {
   const AttnConfig& c = cfg_;
   const int64_t B = xg.size(0), N = xg.size(1), W = c.W, Hkv = c.n_kv_heads, D = c.head_dim;
+  // absent offsets [1, N, W, 1, 1], or undefined when every token is there (the usual case)
+  torch::Tensor absent;
+  if (starts.min().item<int64_t>() < 0)
+    absent =
+        (starts.view({N, 1}) + torch::arange(W, starts.options()).view({1, W}) < 0).view({1, N, W, 1, 1});
   auto pool = [&](const std::string& br, torch::Tensor* alpha_out) {
     torch::Tensor payload;  // [B, N, W, Hkv, D]
     if (c.per_offset_payload)
@@ -416,6 +429,10 @@ void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor
     torch::Tensor alpha;  // [B, N, W, Hkv, 1 or D]
     if (c.gate == GateKind::Uniform) {
       alpha = torch::full({1, 1, W, 1, 1}, 1.0 / double(W), xg.options()).expand({B, N, W, Hkv, 1});
+      if (absent.defined()) {
+        auto here = (~absent).to(xg.scalar_type());  // [1, N, W, 1, 1]
+        alpha = (here / here.sum(2, true)).expand({B, N, W, Hkv, 1});
+      }
     } else {
       auto zw = param(br + "_gate_w");
       if (c.gate == GateKind::Scalar) zw = zw.unsqueeze(2);  // [Hkv, W, 1, d]
@@ -425,6 +442,7 @@ void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor
         b = c.gate == GateKind::Scalar ? b.t().unsqueeze(-1) : b.permute({1, 0, 2});
         logits = logits + b;
       }
+      if (absent.defined()) logits = logits.masked_fill(absent, -std::numeric_limits<double>::infinity());
       alpha = torch::softmax(logits, 2);
       if (gate_hook_) gate_hook_(br, alpha);
     }
@@ -433,7 +451,7 @@ void AttentionImpl::chunked_entries(const torch::Tensor& xg, const torch::Tensor
   };
   auto pooled = pool("ck", alpha_k);
   if (c.qk_norm) pooled = rms_norm(pooled, param("k_norm"), c.norm_eps);
-  *kc = rope_apply(pooled, jj * c.S, attn_rope_inv_freq(c, attn_comp_rope_dims(c)));
+  *kc = rope_apply(pooled, starts.clamp_min(0), attn_rope_inv_freq(c, attn_comp_rope_dims(c)));
   *vc = c.tied_kv ? *kc : pool("cv", alpha_v);
 }
 
@@ -463,17 +481,20 @@ torch::Tensor AttentionImpl::prefill(const torch::Tensor& x, AttnCache* cache) {
   // entry's end (uncompressed tail)
   int64_t keep_from = 0;
   if (c.kind == AttnKind::Chunked) {
-    C.entries = T >= c.W ? (T - c.W) / c.S + 1 : 0;
+    const int64_t j0 = chunk_first_entry(c, 0);
+    C.entries = chunk_entry_count(c, 0, T);
     if (C.entries > 0) {
-      auto jj = torch::arange(C.entries, iopt);
-      auto tok = jj.view({C.entries, 1}) * c.S + torch::arange(c.W, iopt).view({1, c.W});  // [N, W]
-      chunked_entries(x.index({Slice(), tok}), jj, &C.kc, &C.vc, nullptr, nullptr);
+      auto starts = torch::arange(j0, j0 + C.entries, iopt) * c.S + c.grid_offset;  // [N]
+      chunked_entries(entry_tokens(x, starts, 0, c.W), starts, &C.kc, &C.vc, nullptr, nullptr);
     } else {
       C.kc = torch::zeros({B, 0, Hkv, D}, x.options());
       C.vc = C.kc;
     }
-    C.x_open = x.narrow(1, C.entries * c.S, T - C.entries * c.S);  // [B, n_open, d]
-    keep_from = c.uncompressed_tail ? (C.entries > 0 ? (C.entries - 1) * c.S + c.W : 0) : T - c.window;
+    // the tokens the next, unfinished entry needs: from its start on (never before position 0)
+    const int64_t open_from = std::max<int64_t>(0, chunk_entry_start(c, j0 + C.entries));
+    C.x_open = x.narrow(1, open_from, T - open_from);  // [B, n_open, d]
+    keep_from = c.uncompressed_tail ? (C.entries > 0 ? chunk_entry_start(c, j0 + C.entries - 1) + c.W : 0)
+                                    : T - c.window;
   } else if (c.kind == AttnKind::Window) {
     keep_from = T - c.window;
   }
@@ -498,19 +519,22 @@ torch::Tensor AttentionImpl::decode(const torch::Tensor& x, AttnCache* cache) {
   auto [k, v] = mha_keys_values(x, pos);  // [B, 1, Hkv, D] each
   C.k = torch::cat({C.k, k}, 1);
   C.v = torch::cat({C.v, v}, 1);
-  // a chunked entry that this token completes: entry j = entries, tokens [j*S, j*S + W)
+  // a chunked entry that this token completes: the next one, j = j0 + entries, tokens [s, s + W) with
+  // s = o + j*S; x_open holds the tokens [max(s, 0), p]
   if (c.kind == AttnKind::Chunked) {
     C.x_open = torch::cat({C.x_open, x}, 1);
-    const int64_t j = C.entries;
-    if (j * c.S + c.W - 1 == p) {
-      auto jj = torch::full({1}, j, iopt);
+    const int64_t j = chunk_first_entry(c, 0) + C.entries, s = chunk_entry_start(c, j);
+    if (s + c.W - 1 == p) {
+      auto starts = torch::full({1}, s, iopt);
       torch::Tensor kc, vc;
-      chunked_entries(C.x_open.narrow(1, 0, c.W).unsqueeze(1), jj, &kc, &vc, nullptr,
+      chunked_entries(entry_tokens(C.x_open, starts, std::max<int64_t>(s, 0), c.W), starts, &kc, &vc, nullptr,
                       nullptr);  // [B, 1, Hkv, D]
       C.kc = torch::cat({C.kc, kc}, 1);
       C.vc = C.tied ? C.kc : torch::cat({C.vc, vc}, 1);
-      C.entries = j + 1;
-      C.x_open = C.x_open.narrow(1, c.S, C.x_open.size(1) - c.S);  // the next entry starts S later
+      C.entries += 1;
+      // the next entry starts S later
+      const int64_t drop = std::max<int64_t>(0, s + c.S) - std::max<int64_t>(0, s);
+      C.x_open = C.x_open.narrow(1, drop, C.x_open.size(1) - drop);
     }
   }
   // drop raw tokens no query from now on sees
@@ -518,7 +542,7 @@ torch::Tensor AttentionImpl::decode(const torch::Tensor& x, AttnCache* cache) {
   if (c.kind == AttnKind::Window || (c.kind == AttnKind::Chunked && !c.uncompressed_tail))
     keep_from = std::max<int64_t>(0, p + 1 - c.window);
   else if (c.kind == AttnKind::Chunked)
-    keep_from = C.entries > 0 ? (C.entries - 1) * c.S + c.W : 0;
+    keep_from = C.entries > 0 ? chunk_entry_start(c, chunk_first_entry(c, 0) + C.entries - 1) + c.W : 0;
   if (keep_from > C.raw_from) {
     C.k = C.k.narrow(1, keep_from - C.raw_from, C.k.size(1) - (keep_from - C.raw_from));
     C.v = C.v.narrow(1, keep_from - C.raw_from, C.v.size(1) - (keep_from - C.raw_from));

@@ -25,7 +25,8 @@ struct AttnTrace {
   torch::Tensor entry_start;  // [N] absolute first-token position of each entry (its RoPE position)
   torch::Tensor raw_prob;     // [B, H, T, T] softmax mass on each raw token (dense; small T only)
   // Gate weights per window over its W offsets (offset i of entry j is token j*S + i - (W - S) for the
-  // DeepSeek overlap, j*S + i for chunked; either way its phase is i % S).
+  // DeepSeek overlap, o + j*S + i for chunked with grid offset o; its phase is (o + i) % S, o = 0 but
+  // for a staggered grid). Offsets before position 0 (a staggered grid's partial block) weigh 0.
   torch::Tensor gate_alpha;  // chunked: [B, N, W, Hkv, 1 or D] key branch; DeepSeek: the compressor's
                              // [B, N, kappa*m, 1, D] (one branch, K = V)
   torch::Tensor
@@ -115,8 +116,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor ds_latents(const torch::Tensor& x, const torch::Tensor& pos);
   torch::Tensor prefill_ds(const torch::Tensor& x, AttnCache* cache);
   torch::Tensor decode_ds(const torch::Tensor& x, AttnCache* cache);
-  void chunked_entries(const torch::Tensor& xg, const torch::Tensor& jj, torch::Tensor* kc, torch::Tensor* vc,
-                       torch::Tensor* alpha_k, torch::Tensor* alpha_v);
+  void chunked_entries(const torch::Tensor& xg, const torch::Tensor& starts, torch::Tensor* kc,
+                       torch::Tensor* vc, torch::Tensor* alpha_k, torch::Tensor* alpha_v);
 
   AttnConfig cfg_;
   std::map<std::string, torch::Tensor> params_;

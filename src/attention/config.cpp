@@ -159,6 +159,26 @@ int attn_stride(const AttnConfig& c) {
 
 bool attn_is_compressed(const AttnConfig& c) { return attn_stride(c) > 0; }
 
+int64_t chunk_entry_start(const AttnConfig& c, int64_t j) { return c.grid_offset + j * c.S; }
+
+int64_t chunk_entry_rope_pos(const AttnConfig& c, int64_t j) {
+  return std::max<int64_t>(0, chunk_entry_start(c, j));
+}
+
+int64_t chunk_first_entry(const AttnConfig& c, int64_t pos0) {
+  if (pos0 == 0 && c.grid_offset > 0) return -1;  // the partial block [0, o)
+  // the smallest j with o + j*S >= pos0 (ceiling division of a possibly negative number)
+  const int64_t num = pos0 - c.grid_offset, S = c.S;
+  return num >= 0 ? (num + S - 1) / S : -((-num) / S);
+}
+
+int64_t chunk_entry_count(const AttnConfig& c, int64_t pos0, int64_t T) {
+  // finished: o + j*S + W - 1 <= pos0 + T - 1, i.e. j <= floor((pos0 + T - W - o) / S)
+  const int64_t num = pos0 + T - c.W - c.grid_offset, S = c.S;
+  const int64_t last = num >= 0 ? num / S : -((-num + S - 1) / S);
+  return std::max<int64_t>(0, last - chunk_first_entry(c, pos0) + 1);
+}
+
 void attn_config_validate(const AttnConfig& c, const std::string& where) {
   auto need = [&](bool ok, const std::string& field, const std::string& what, const std::string& fix) {
     if (!ok) fail(where + " field '" + field + "'", what, fix);
@@ -196,9 +216,14 @@ void attn_config_validate(const AttnConfig& c, const std::string& where) {
   if (c.kind == AttnKind::Chunked) {
     need(c.S >= 1, "S", "stride must be >= 1", "e.g. S = 8");
     need(c.W >= c.S, "W", "window W must be >= stride S (W > S overlaps)", "e.g. W = S = 8");
+    need(c.grid_offset >= 0 && c.grid_offset < c.S, "grid_offset", "must be in [0, S)",
+         "e.g. grid_offset = S / 2 for the second of two staggered layers");
     int crd = attn_comp_rope_dims(c);
     need(crd >= 0 && crd <= c.head_dim && crd % 2 == 0, "comp_rope_dims",
          "must be -1 (as rope_dims), 0 or an even number <= head_dim", "e.g. comp_rope_dims = 16");
+  } else {
+    need(c.grid_offset == 0, "grid_offset", "a staggered grid exists for the chunked kind only",
+         "set grid_offset = 0 or kind = chunked");
   }
   if (attn_is_ds(c)) {
     need(c.n_kv_heads == 1, "n_kv_heads", "DeepSeek kinds share one latent (MQA)", "set n_kv_heads = 1");
@@ -264,6 +289,7 @@ const JsonTable<AttnConfig>& field_table() {
     t["tied_kv"] = json_field(&AttnConfig::tied_kv);
     t["comp_rope_dims"] = json_field(&AttnConfig::comp_rope_dims);
     t["uncompressed_tail"] = json_field(&AttnConfig::uncompressed_tail);
+    t["grid_offset"] = json_field(&AttnConfig::grid_offset);
     t["ratio"] = json_field(&AttnConfig::ratio);
     t["overlap"] = json_field(&AttnConfig::overlap);
     t["offset_bias"] = json_field(&AttnConfig::offset_bias);
@@ -284,6 +310,7 @@ std::string attn_config_to_json(const AttnConfig& c) {
   json j = json_dump(c, field_table());
   j["kind"] = attn_kind_name(c.kind);
   j["gate"] = gate_kind_name(c.gate);
+  if (c.grid_offset == 0) j.erase("grid_offset");  // unstaggered configs keep the JSON (and hash) they had
   return j.dump();
 }
 

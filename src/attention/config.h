@@ -7,8 +7,12 @@
 // W = compression window, S = stride, m = DeepSeek ratio, N = compressed entries, w = local window.
 // Positions are absolute 0-based token indices p = pos0 + t (pos0 = where the sequence starts in
 // the stream); chunk boundaries are anchored at p = 0, so phase = p % S.
-//   chunked:  entry j covers tokens [j*S, j*S + W); exists iff j*S >= pos0; visible to a query at
-//             p iff j*S + W - 1 <= p; RoPE of its key at j*S.
+//   chunked:  entry j covers tokens [o + j*S, o + j*S + W), o = grid_offset (0 unless staggered);
+//             exists iff o + j*S >= pos0, or it is the first partial block (below); visible to a
+//             query at p iff o + j*S + W - 1 <= p; RoPE of its key at its first token max(o + j*S, 0).
+//             Staggered (o > 0): at the stream start (pos0 = 0) the block [0, o) is entry j = -1,
+//             pooled over the tokens it holds (offsets i < S - o are absent: no gate mass), so no
+//             token is left out of the layer's memory. chunk_first_entry / chunk_entry_count below.
 //   DeepSeek: entry j pools block j = [j*m, (j+1)*m) (plus block j-1 when overlapping); exists iff
 //             j*m >= pos0; visible iff (j+1)*m - 1 <= p, i.e. j < floor((p+1)/m); RoPE at j*m.
 // Not here: any tensor code (attention.h) or the loop reference (reference.h).
@@ -67,6 +71,10 @@ struct AttnConfig {
   bool tied_kv = false;            // compressed values reuse the normalized, rotated compressed keys
   int comp_rope_dims = -1;         // RoPE dims on compressed keys; -1 = same as rope_dims; 0 = none
   bool uncompressed_tail = false;  // raw tokens only after the last visible entry (replaces `window`)
+  // staggered grid (issue 14): entry starts at o + j*S, 0 <= o < S; the phase of offset i is
+  // (o + i) % S. Layers (or models) with different o put their chunk boundaries on different phases
+  // at the same memory. Written to JSON only when non-zero (older configs and their hashes unchanged).
+  int grid_offset = 0;
 
   // DeepSeek family (DsCsa, DsHca, DsCsa2)
   int ratio = 4;             // m
@@ -114,6 +122,13 @@ int attn_index_rope_dims(const AttnConfig& cfg);  // index_rope_dims with -1 res
 // a linear ramp between. The one formula both implementations use.
 std::vector<double> attn_rope_inv_freq(const AttnConfig& cfg, int dims);
 int attn_stride(const AttnConfig& cfg);  // S for chunked, m for DeepSeek kinds, 0 otherwise
+
+// Chunked entry geometry (the rule in the header comment), shared by the reference, the batched
+// module, decode and the memory count. A sequence holds the tokens at positions [pos0, pos0 + T).
+int64_t chunk_entry_start(const AttnConfig& cfg, int64_t j);     // o + j*S (negative for the partial block)
+int64_t chunk_entry_rope_pos(const AttnConfig& cfg, int64_t j);  // its first token: max(o + j*S, 0)
+int64_t chunk_first_entry(const AttnConfig& cfg, int64_t pos0);  // the smallest j that exists
+int64_t chunk_entry_count(const AttnConfig& cfg, int64_t pos0, int64_t T);  // finished entries from it
 bool attn_is_compressed(const AttnConfig& cfg);
 bool attn_is_ds(const AttnConfig& cfg);  // DsCsa, DsHca, DsCsa2 or DsWindow
 

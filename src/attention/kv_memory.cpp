@@ -23,11 +23,12 @@ KvMemory attn_kv_memory(const AttnConfig& c, int64_t T) {
       m.raw_values = w * hkv * D * 2;
       break;
     case AttnKind::Chunked: {
-      m.entries = T >= c.W ? (T - c.W) / c.S + 1 : 0;
+      const int64_t j0 = chunk_first_entry(c, 0);
+      m.entries = chunk_entry_count(c, 0, T);
       m.entry_values = m.entries * hkv * D * (c.tied_kv ? 1 : 2);
       // the first token no finished entry covers, and the first an unfinished entry needs
-      const int64_t covered = m.entries > 0 ? (m.entries - 1) * c.S + c.W : 0;
-      const int64_t open_from = m.entries * int64_t(c.S);
+      const int64_t covered = m.entries > 0 ? chunk_entry_start(c, j0 + m.entries - 1) + c.W : 0;
+      const int64_t open_from = std::max<int64_t>(0, chunk_entry_start(c, j0 + m.entries));
       m.raw_tokens = c.uncompressed_tail ? T - covered : w;
       m.raw_values = m.raw_tokens * hkv * D * 2;
       m.state_values = std::max<int64_t>(0, T - open_from) * c.d_model;
@@ -80,8 +81,8 @@ KvMemoryRow kv_memory_row(const std::string& name, const std::vector<AttnConfig>
     full.push_back(f);
     std::string d = attn_kind_name(c.kind);
     if (c.kind == AttnKind::Chunked)
-      d += fmt::format(" W{}/S{} {}{}", c.W, c.S, c.uncompressed_tail ? "tail" : fmt::format("w{}", c.window),
-                       c.tied_kv ? " tied" : "");
+      d += fmt::format(" W{}/S{}{} {}{}", c.W, c.S, c.grid_offset ? fmt::format("+{}", c.grid_offset) : "",
+                       c.uncompressed_tail ? "tail" : fmt::format("w{}", c.window), c.tied_kv ? " tied" : "");
     else if (attn_is_compressed(c))
       d += fmt::format(" m{} w{}{}", c.ratio, c.window,
                        c.index_topk > 0 ? fmt::format(" top{}", c.index_topk) : "");

@@ -104,14 +104,20 @@ struct Entry {
 // ---------------------------------------------------------------------------------------------
 // full / window / chunked
 
-// Chunked compressor, one branch ("ck" or "cv"), one KV head g, one entry j:
-// returns sum_i alpha_i (.) C_i x_{jS+i} before any norm or RoPE.
-Vec chunk_pool(const AttnConfig& c, const RefParams& P, const std::string& branch, int g, int64_t j,
+// Chunked compressor, one branch ("ck" or "cv"), one KV head g, one entry starting at s = o + j*S:
+// returns sum_i alpha_i (.) C_i x_{s+i} before any norm or RoPE. Offsets whose token is absent (the
+// partial block of a staggered grid: s + i < pos0) take no part: the softmax runs over the others.
+Vec chunk_pool(const AttnConfig& c, const RefParams& P, const std::string& branch, int g, int64_t s,
                const std::vector<double>& x, int64_t pos0) {
   const int W = c.W, D = c.head_dim, d = c.d_model;
-  std::vector<Vec> payload(W), logits(W, Vec(D, 0.0));
+  const double absent = -std::numeric_limits<double>::infinity();
+  std::vector<Vec> payload(W, Vec(D, 0.0)), logits(W, Vec(D, 0.0));
   for (int i = 0; i < W; ++i) {
-    const int64_t t = j * c.S + i - pos0;  // index of the token at offset i inside this sequence
+    const int64_t t = s + i - pos0;  // index of the token at offset i inside this sequence
+    if (t < 0) {
+      std::fill(logits[i].begin(), logits[i].end(), absent);
+      continue;
+    }
     const double* xt = &x[t * d];
     const RefTensor& C = param(P, branch + "_payload");
     payload[i] = matvec(C, c.per_offset_payload ? (int64_t(g) * W + i) * D : int64_t(g) * D, D, xt);
@@ -133,7 +139,8 @@ Vec chunk_pool(const AttnConfig& c, const RefParams& P, const std::string& branc
     for (int i = 0; i < W; ++i) mx = std::max(mx, logits[i][ch]);
     double den = 0.0;
     for (int i = 0; i < W; ++i) den += std::exp(logits[i][ch] - mx);
-    for (int i = 0; i < W; ++i) pooled[ch] += std::exp(logits[i][ch] - mx) / den * payload[i][ch];
+    for (int i = 0; i < W; ++i)
+      if (logits[i][ch] != absent) pooled[ch] += std::exp(logits[i][ch] - mx) / den * payload[i][ch];
   }
   return pooled;
 }
@@ -164,18 +171,22 @@ std::vector<double> reference_mha(const AttnConfig& c, const RefParams& P, const
     }
   }
 
-  // compressed entries per KV head: entry j covers [jS, jS+W), exists iff jS >= pos0 and it is complete
+  // compressed entries per KV head: entry j covers [o + jS, o + jS + W); it exists iff o + jS >= pos0
+  // (or it is the partial block [0, o) of a staggered grid at pos0 = 0) and it is complete
   std::vector<std::vector<Entry>> entries(Hkv);
   if (c.kind == AttnKind::Chunked) {
-    for (int64_t j = (pos0 + c.S - 1) / c.S; j * c.S + c.W - 1 <= pos0 + T - 1; ++j) {
+    const int64_t first = (pos0 == 0 && c.grid_offset > 0) ? -1 : 0;
+    for (int64_t j = first; c.grid_offset + j * c.S + c.W - 1 <= pos0 + T - 1; ++j) {
+      const int64_t s = c.grid_offset + j * c.S;
+      if (s < pos0 && j != -1) continue;  // would need tokens before the sequence
       for (int g = 0; g < Hkv; ++g) {
         Entry e;
-        e.start = j * c.S;
-        e.last = j * c.S + c.W - 1;
-        e.key = chunk_pool(c, P, "ck", g, j, x, pos0);
+        e.start = std::max<int64_t>(s, 0);  // its first token: RoPE position
+        e.last = s + c.W - 1;
+        e.key = chunk_pool(c, P, "ck", g, s, x, pos0);
         if (kn) rmsnorm(e.key, kn, c.norm_eps);
         rope(e.key, attn_rope_inv_freq(c, attn_comp_rope_dims(c)), double(e.start));
-        e.val = c.tied_kv ? e.key : chunk_pool(c, P, "cv", g, j, x, pos0);
+        e.val = c.tied_kv ? e.key : chunk_pool(c, P, "cv", g, s, x, pos0);
         entries[g].push_back(e);
       }
     }

@@ -164,7 +164,9 @@ std::vector<GateStats> gate_stats(DecoderImpl& model, const LayoutDesign& calib,
           g.static_conc += gate_static_concentration(windows) / double(C);
           g.window_conc += gate_window_concentration(windows) / double(C);
           auto p = gate_profile(windows, stride);
-          for (int r = 0; r < stride; ++r) g.profile[size_t(r)] += p[size_t(r)] / double(C);
+          // offset i has phase (o + i) % S on a staggered grid (o = grid_offset, 0 otherwise)
+          for (int r = 0; r < stride; ++r)
+            g.profile[size_t((r + c.grid_offset) % stride)] += p[size_t(r)] / double(C);
         }
         g.peak = int(std::max_element(g.profile.begin(), g.profile.end()) - g.profile.begin());
         out.push_back(g);

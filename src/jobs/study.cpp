@@ -126,6 +126,8 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
     add("w8s8-shift", three, "candidate: token shift", "");
     add("mixed-s6-s12", three, "candidate: mixed strides", "");
     add("w8s8-gate-entropy", three, "candidate: static-gate entropy bonus", "");
+    add("w8s8-stagger", three, "candidate: staggered grids", "");
+    add("w8s8-coverage", three, "candidate: head coverage", "");
     add("w8s8-1kv", three, "reference", "W8/S8 · 1 KV");
     add("w8s4-1kv", three, "baseline", "W8/S4 · 1 KV");
     add("uniform", three, "baseline", "uniform averaging");
@@ -701,9 +703,192 @@ json study_ablations(const std::vector<json>& rows) {
   return out;
 }
 
+json study_mitigations(const std::vector<json>& rows, const std::string& reference, int64_t samples) {
+  const std::vector<std::string> protocols = {"prefix", "in-sequence"};
+  json out;
+  out["reference"] = reference;
+  out["kv_context"] = kKvContext;
+  out["kv_bytes_per_value"] = kKvBytes;
+  // one row per run and protocol, with the commands that rebuild it outside the study
+  json flat = json::array();
+  for (const json& r : rows)
+    for (const std::string& protocol : protocols) {
+      const json* p = prot(r, protocol);
+      if (!p) continue;
+      const std::string preset = r["preset"], dir = "runs/" + r["id"].get<std::string>();
+      const std::string tag = r.value("tag", "");
+      flat.push_back(
+          {{"preset", preset},
+           {"seed", r["seed"]},
+           {"tag", tag},
+           {"family", r.value("family", "")},
+           {"protocol", protocol},
+           {"kv_bytes_per_token", r["kv_bytes_per_token"]},
+           {"mean", (*p)["mean"]},
+           {"mean_ci", (*p)["mean_ci"]},
+           {"worst", (*p)["worst"]},
+           {"worst_ci", (*p)["worst_ci"]},
+           {"gap", (*p)["gap"]},
+           {"gap_ci", (*p)["gap_ci"]},
+           {"weakest_phase", (*p)["weakest_phase"]},
+           {"period", (*p)["period"]},
+           {"n", (*p)["n"]},
+           {"val_loss", r["val_loss"]},
+           {"train_seconds", r["train_seconds"]},
+           {"commit", r.value("commit", "")},
+           {"command", tag.empty()
+                           ? fmt::format("phasescope train --preset {} --seed {} --out {} && phasescope eval "
+                                         "--checkpoint {} --protocol {} --samples {} --R {} --bootstrap 2000 "
+                                         "--seed 1 --out {}/eval-{}",
+                                         preset, r["seed"].get<uint64_t>(), dir, dir, protocol, samples, kR,
+                                         dir, protocol)
+                           : "phasescope study --grid mitigations (run " + r["id"].get<std::string>() +
+                                 ": the preset with the grid's overrides)"}});
+    }
+  out["rows"] = flat;
+
+  // per preset and protocol over seeds
+  auto avg = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? std::nan("") : s / double(v.size());
+  };
+  std::vector<std::string> order;
+  for (const json& r : flat)
+    if (std::find(order.begin(), order.end(), r["preset"].get<std::string>()) == order.end())
+      order.push_back(r["preset"]);
+  json presets = json::array(), frontier = json::array();
+  for (const std::string& preset : order) {
+    std::vector<double> worst_all, mean_all;
+    double kv = 0;
+    std::string family;
+    for (const std::string& protocol : protocols) {
+      std::map<std::string, std::vector<double>> f;
+      std::vector<uint64_t> seeds;
+      for (const json& r : flat)
+        if (r["preset"] == preset && r["protocol"] == protocol && r["tag"] == "") {
+          for (const char* k : {"mean", "worst", "gap", "val_loss"}) f[k].push_back(r[k].get<double>());
+          seeds.push_back(r["seed"]);
+          kv = r["kv_bytes_per_token"];
+          family = r["family"];
+        }
+      if (seeds.empty()) continue;
+      json e = {{"preset", preset},
+                {"family", family},
+                {"protocol", protocol},
+                {"seeds", seeds},
+                {"kv_bytes_per_token", kv}};
+      for (auto& [k, v] : f)
+        e[k] = {{"mean", avg(v)},
+                {"min", *std::min_element(v.begin(), v.end())},
+                {"max", *std::max_element(v.begin(), v.end())}};
+      presets.push_back(e);
+      worst_all.insert(worst_all.end(), f["worst"].begin(), f["worst"].end());
+      mean_all.insert(mean_all.end(), f["mean"].begin(), f["mean"].end());
+    }
+    if (!worst_all.empty())
+      frontier.push_back({{"preset", preset},
+                          {"family", family},
+                          {"kv_bytes_per_token", kv},
+                          {"worst", avg(worst_all)},
+                          {"mean", avg(mean_all)}});
+  }
+  out["presets"] = presets;
+  out["frontier"] = frontier;
+
+  // the target, per candidate and protocol, seed by seed against the reference of that seed
+  const std::string rule =
+      "at the reference's KV bytes per token (within 0.5%), on every seed the reference also has: worst >= 2 "
+      "x "
+      "the reference's worst, gap <= the reference's gap / 2, and mean >= the lower end of the reference "
+      "mean's 95% interval (the mean is not lowered beyond noise); 'meets' when every such seed passes, "
+      "with at least 3 seeds";
+  json goal = json::array();
+  for (const std::string& preset : order) {
+    bool candidate = false;
+    for (const json& r : flat)
+      if (r["preset"] == preset && r["family"].get<std::string>().rfind("candidate", 0) == 0)
+        candidate = true;
+    if (!candidate) continue;
+    for (const std::string& protocol : protocols) {
+      json seeds = json::array();
+      int pass = 0, paired = 0;
+      bool equal_memory = true;
+      for (const json& c : flat) {
+        if (c["preset"] != preset || c["protocol"] != protocol || c["tag"] != "") continue;
+        const json* ref = nullptr;
+        for (const json& q : flat)
+          if (q["preset"] == reference && q["protocol"] == protocol && q["seed"] == c["seed"] &&
+              q["tag"] == "")
+            ref = &q;
+        if (!ref) continue;
+        ++paired;
+        const double kv_ratio =
+            c["kv_bytes_per_token"].get<double>() / (*ref)["kv_bytes_per_token"].get<double>();
+        equal_memory = equal_memory && std::abs(kv_ratio - 1) <= 0.005;
+        const bool worst_ok = c["worst"].get<double>() >= 2 * (*ref)["worst"].get<double>();
+        const bool gap_ok = c["gap"].get<double>() <= (*ref)["gap"].get<double>() / 2;
+        const bool mean_ok = c["mean"].get<double>() >= (*ref)["mean_ci"][0].get<double>();
+        pass += worst_ok && gap_ok && mean_ok;
+        seeds.push_back({{"seed", c["seed"]},
+                         {"worst", c["worst"]},
+                         {"reference_worst", (*ref)["worst"]},
+                         {"gap", c["gap"]},
+                         {"reference_gap", (*ref)["gap"]},
+                         {"mean", c["mean"]},
+                         {"reference_mean", (*ref)["mean"]},
+                         {"reference_mean_lo", (*ref)["mean_ci"][0]},
+                         {"kv_ratio", kv_ratio},
+                         {"worst_doubled", worst_ok},
+                         {"gap_halved", gap_ok},
+                         {"mean_kept", mean_ok}});
+      }
+      const std::string verdict = paired < 3       ? "inconclusive (fewer than 3 paired seeds)"
+                                  : !equal_memory  ? "not at equal memory"
+                                  : pass == paired ? "meets"
+                                                   : "does not meet";
+      goal.push_back({{"preset", preset},
+                      {"protocol", protocol},
+                      {"paired_seeds", paired},
+                      {"seeds_passing", pass},
+                      {"verdict", verdict},
+                      {"per_seed", seeds}});
+    }
+  }
+  out["goal_rule"] = rule;
+  out["goal"] = goal;
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------- aggregate
 
 namespace {
+
+// The mitigations table for the terminal: per preset and protocol, figures averaged over seeds with their
+// range, then the goal's verdicts.
+std::string study_format_mitigations(const json& m) {
+  std::string t = fmt::format(
+      "\nmitigations at {} tokens (KV bytes per token, bf16); figures in %, mean over seeds "
+      "[min..max]\n",
+      m["kv_context"].get<int64_t>());
+  t += fmt::format("{:<20} {:<12} {:>5} {:>8} {:>18} {:>18} {:>18} {:>7}\n", "preset", "protocol", "seeds",
+                   "KV B/tok", "mean", "worst", "gap", "val");
+  auto cell = [](const json& f) {
+    return fmt::format("{} [{}..{}]", pct(f["mean"].get<double>()), pct(f["min"].get<double>()),
+                       pct(f["max"].get<double>()));
+  };
+  for (const json& e : m["presets"])
+    t += fmt::format("{:<20} {:<12} {:>5} {:>8.2f} {:>18} {:>18} {:>18} {:>7.3f}\n",
+                     e["preset"].get<std::string>(), e["protocol"].get<std::string>(), e["seeds"].size(),
+                     e["kv_bytes_per_token"].get<double>(), cell(e["mean"]), cell(e["worst"]), cell(e["gap"]),
+                     e["val_loss"]["mean"].get<double>());
+  t += "goal: " + m["goal_rule"].get<std::string>() + "\n";
+  for (const json& g : m["goal"])
+    t += fmt::format("  {:<20} {:<12} {} ({} of {} seeds pass)\n", g["preset"].get<std::string>(),
+                     g["protocol"].get<std::string>(), g["verdict"].get<std::string>(),
+                     g["seeds_passing"].get<int>(), g["paired_seeds"].get<int>());
+  return t;
+}
 
 std::string runs_csv(const json& runs) {
   std::string s =
@@ -1120,6 +1305,15 @@ StudyResult study_run(const StudyOptions& opt) {
     for (const json& r : rows) w += num(r, "wall_seconds");
     return w;
   }();
+  if (grid.name == "mitigations") {
+    json m = study_mitigations(rows, "w8s8-1kv", study_samples(opt, grid));
+    m["schema"] = "phasescope-mitigations";
+    m["version"] = 1;
+    m["command"] = opt.command;
+    m["commit"] = PHASESCOPE_GIT_COMMIT;
+    io_write_atomic((fs::path(res.out) / "results.json").string(), m.dump(1) + "\n");
+    if (log) *log << study_format_mitigations(m);
+  }
   io_write_atomic((fs::path(res.out) / "study.json").string(), s.dump(1) + "\n");
   io_write_atomic((fs::path(res.out) / "runs.csv").string(), runs_csv(runs));
   io_write_atomic((fs::path(res.out) / "phases.csv").string(), phases_csv(rows));

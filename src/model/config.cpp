@@ -84,6 +84,7 @@ const JsonTable<TrainConfig>& train_table() {
       {"ckpt_every", json_field(&TrainConfig::ckpt_every)},
       {"seed", json_field(&TrainConfig::seed)},
       {"gate_entropy_bonus", json_field(&TrainConfig::gate_entropy_bonus)},
+      {"gate_coverage_bonus", json_field(&TrainConfig::gate_coverage_bonus)},
   };
   return t;
 }
@@ -147,6 +148,8 @@ void validate(const Preset& p, const std::string& where) {
   need(r.eval_every >= 0, where, "train.eval_every", "must be >= 0", "0 = no periodic evaluation");
   need(r.warmup >= 0, where, "train.warmup", "must be >= 0", "e.g. 100");
   need(r.clip >= 0, where, "train.clip", "must be >= 0 (0 = off)", "e.g. 1.0");
+  need(r.gate_entropy_bonus >= 0 && r.gate_coverage_bonus >= 0, where,
+       "train.gate_entropy_bonus/gate_coverage_bonus", "must be >= 0 (0 = off)", "e.g. 0.5");
   need(r.log_every >= 1 && r.ckpt_every >= 1, where, "train.log_every/ckpt_every", "must be >= 1",
        "e.g. 10 / 200");
 }

@@ -75,6 +75,10 @@ struct TrainConfig {
   // the mean over chunked layers, branches and KV heads of 1 - exp(H(E[alpha])) / W, where E[alpha] is the
   // gate distribution averaged over the batch's windows. Per-window, content-driven gating stays free.
   double gate_entropy_bonus = 0;
+  // lambda >= 0 of the head-coverage repulsion (issue 14, candidate 5; train/gate_penalty.h): the loss
+  // gains lambda x the mean over pairs of chunked gates (layer, KV head) of one branch of the overlap
+  // <g_a, g_b> of their static phase profiles (E[alpha] folded onto phases, each summing to 1).
+  double gate_coverage_bonus = 0;
 };
 
 struct Preset {

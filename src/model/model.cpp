@@ -151,7 +151,8 @@ std::string model_describe(DecoderImpl& model) {
   std::string kinds;
   for (const auto& a : c.layers) {
     std::string k = attn_kind_name(a.kind);
-    if (a.kind == AttnKind::Chunked) k += fmt::format(" W{}/S{}", a.W, a.S);
+    if (a.kind == AttnKind::Chunked)
+      k += fmt::format(" W{}/S{}{}", a.W, a.S, a.grid_offset ? fmt::format("+{}", a.grid_offset) : "");
     if (attn_is_ds(a) && a.ratio > 0) k += fmt::format(" m{}", a.ratio);
     kinds += (kinds.empty() ? "" : ", ") + k;
   }

@@ -54,6 +54,7 @@ void theory_validate(const TheoryConfig& c) {
   need(c.onehot > 0.5 && c.onehot <= 1.0, "onehot", "the one-hot threshold must lie in (0.5, 1]", "use 0.9");
   need(c.stop_mass >= 0.0 && c.stop_mass <= 1.0, "stop-mass", "stop_mass must lie in [0, 1]", "use 0.99");
   need(c.record_every >= 0, "record-every", "record_every must be >= 0", "use e.g. 25");
+  need(c.coverage >= 0.0, "coverage", "the coverage weight must be >= 0", "use 0 (off) or e.g. 0.5");
 }
 
 bool theory_loss_is_exact(const TheoryConfig& cfg) {
@@ -348,11 +349,8 @@ double theory_batch_loss(const TheoryConfig& cfg, const TheoryEmbeddings& emb, c
 
   std::vector<double> pk(MLS), pv(MLS), dpk(MLS), dpv(MLS);  // (M, L, S)
   const double inv_b = 1.0 / static_cast<double>(contexts.size());
-  double total = 0.0;
-  for (size_t b = 0; b < contexts.size(); ++b) {
-    const TheoryContext& ctx = contexts[b];
-
-    // per-chunk distributions p_{h,l}(r) = softmax_r lam[h, r, tok_{l,r}]
+  // per-chunk distributions p_{h,l}(r) = softmax_r lam[h, r, tok_{l,r}] of one context into pk, pv
+  auto distributions = [&](const TheoryContext& ctx) {
     for (int h = 0; h < M; ++h)
       for (int l = 0; l < L; ++l) {
         const size_t base = (static_cast<size_t>(h) * L + l) * S;
@@ -364,11 +362,55 @@ double theory_batch_loss(const TheoryConfig& cfg, const TheoryEmbeddings& emb, c
         softmax_inplace(&pk[base], S);
         softmax_inplace(&pv[base], S);
       }
+  };
+
+  // coverage term: pbar (M, S) per branch over the batch's contexts and chunks, a first pass
+  std::vector<double> bar_k, bar_v;
+  double total = 0.0;
+  if (cfg.coverage > 0) {
+    bar_k.assign(static_cast<size_t>(M) * S, 0.0);
+    bar_v.assign(static_cast<size_t>(M) * S, 0.0);
+    for (const TheoryContext& ctx : contexts) {
+      distributions(ctx);
+      for (int h = 0; h < M; ++h)
+        for (int l = 0; l < L; ++l)
+          for (int r = 0; r < S; ++r) {
+            bar_k[size_t(h) * S + r] += pk[(size_t(h) * L + l) * S + r] * inv_b / L;
+            bar_v[size_t(h) * S + r] += pv[(size_t(h) * L + l) * S + r] * inv_b / L;
+          }
+    }
+    double overlap = 0.0;
+    for (int h = 0; h < M; ++h)
+      for (int h2 = h + 1; h2 < M; ++h2)
+        for (int r = 0; r < S; ++r)
+          overlap += bar_k[size_t(h) * S + r] * bar_k[size_t(h2) * S + r] +
+                     bar_v[size_t(h) * S + r] * bar_v[size_t(h2) * S + r];
+    total += cfg.coverage * overlap * static_cast<double>(contexts.size());  // total is divided by B below
+  }
+
+  for (size_t b = 0; b < contexts.size(); ++b) {
+    const TheoryContext& ctx = contexts[b];
+    distributions(ctx);
 
     const double loss = theory_context_loss(cfg, emb, ctx, pk.data(), pv.data(), grad ? dpk.data() : nullptr,
                                             grad ? dpv.data() : nullptr);
     total += loss;
     if (per_context) (*per_context)[b] = loss;
+    // d(coverage term)/dp_{b,h,l}(r) = coverage x sum_{h' != h} pbar_{h'}(r) / (B L); the 1/B comes below
+    if (grad && cfg.coverage > 0)
+      for (int h = 0; h < M; ++h)
+        for (int r = 0; r < S; ++r) {
+          double others_k = 0.0, others_v = 0.0;
+          for (int h2 = 0; h2 < M; ++h2)
+            if (h2 != h) {
+              others_k += bar_k[size_t(h2) * S + r];
+              others_v += bar_v[size_t(h2) * S + r];
+            }
+          for (int l = 0; l < L; ++l) {
+            dpk[(size_t(h) * L + l) * S + r] += cfg.coverage * others_k / L;
+            dpv[(size_t(h) * L + l) * S + r] += cfg.coverage * others_v / L;
+          }
+        }
 
     // through the offset softmax to the logit table: dlam = p * (dp - <p, dp>) / B
     if (grad)

@@ -46,6 +46,11 @@ struct TheoryConfig {
   double stop_mass = 0.95;   // stop early once every head's key and value mass >= this (0: never)
   int record_every = 10;     // trajectory point every this many steps (0: first and last only)
   TheoryGate gate = TheoryGate::LogLinear;
+  // Head coverage (issue 14, candidate 5): the term the idealized model lacks. The objective adds
+  //   coverage x sum over head pairs h < h' of <pbar^K_h, pbar^K_h'> + <pbar^V_h, pbar^V_h'>,
+  // pbar the head's distribution averaged over the batch's contexts and chunks: heads on one offset
+  // pay for it, heads on distinct offsets do not. 0 = the paper's model.
+  double coverage = 0.0;
 };
 
 // Throws phasescope::Error naming the field and the fix when a value is out of range.
@@ -125,8 +130,9 @@ struct TheoryGateStats {
   std::vector<double> key_min, value_min;    // (M, S) min over contexts and chunks
 };
 
-// Mean cross-entropy over `contexts`. If grad is given (any shape; it is reset) it receives the
-// analytic gradient of that mean with respect to every gate parameter; if stats is given, the
+// Mean cross-entropy over `contexts`, plus the coverage term when cfg.coverage > 0 (the objective that
+// is descended; then it is no longer a pure cross-entropy). If grad is given (any shape; it is reset) it
+// receives the analytic gradient of that mean with respect to every gate parameter; if stats is given, the
 // distributions' means and minima. `per_context` (optional) receives each context's loss.
 double theory_batch_loss(const TheoryConfig& cfg, const TheoryEmbeddings& emb, const TheoryGates& gates,
                          const std::vector<TheoryContext>& contexts, TheoryGates* grad,

@@ -55,9 +55,10 @@ static std::string head_verdict(const TheoryHead& hd, const TheoryConfig& cfg) {
 static std::string config_line(const TheoryConfig& c) {
   return fmt::format(
       "{} gates, N={} S={} L={} heads={} kappa={} epsilon={} gamma={} beta={} rho={} lr={} steps<={} "
-      "batch={}",
+      "batch={}{}",
       theory_gate_name(c.gate), c.N, c.S, c.L, c.heads, c.kappa, c.epsilon, c.gamma, c.beta, c.rho, c.lr,
-      c.steps, c.batch);
+      c.steps, c.batch,
+      c.coverage > 0 ? fmt::format(" coverage={} (loss = cross-entropy + coverage term)", c.coverage) : "");
 }
 
 static double binomial_se(double p, int n) { return n > 0 ? std::sqrt(p * (1.0 - p) / n) : 0.0; }
@@ -191,6 +192,7 @@ json theory_config_json(const TheoryConfig& c) {
               {"heads", c.heads},
               {"kappa", c.kappa},
               {"epsilon", c.epsilon},
+              {"coverage", c.coverage},
               {"gamma", c.gamma},
               {"beta", c.beta},
               {"rho", c.rho},

@@ -94,6 +94,10 @@ void add_theory_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--record-every", o->base.record_every, "trajectory point every this many steps")
       ->capture_default_str();
+  cmd->add_option("--coverage", o->base.coverage,
+                  "weight of the head-coverage term (repulsion between heads' mean distributions; 0 = the "
+                  "paper's model)")
+      ->capture_default_str();
   cmd->add_option("--gates", o->gates,
                   "loglinear (Theorem 2, sampled loss) or static (exact loss at epsilon=0)")
       ->capture_default_str();

@@ -17,10 +17,44 @@ torch::Tensor gate_entropy_penalty(const std::vector<torch::Tensor>& alphas) {
   return torch::cat(terms).mean();
 }
 
+torch::Tensor gate_phase_profiles(const CollectedGate& g) {
+  auto mean = g.alpha.mean(std::vector<int64_t>{0, 1}).mean(-1);  // [W, Hkv]
+  const int64_t W = mean.size(0);
+  auto phase = (torch::arange(W, torch::kInt64) + g.offset).remainder(g.S).to(mean.device());  // [W]
+  auto prof = torch::zeros({g.S, mean.size(1)}, mean.options()).index_add(0, phase, mean);     // [S, Hkv]
+  return (prof / prof.sum(0, true)).t();                                                       // [Hkv, S]
+}
+
+torch::Tensor gate_coverage_penalty(const std::vector<CollectedGate>& gates) {
+  std::vector<torch::Tensor> overlaps;
+  for (const char* branch : {"ck", "cv"}) {
+    std::vector<torch::Tensor> prof;  // one [S] row per (layer, KV head) of this branch
+    std::vector<int> stride;
+    for (const CollectedGate& g : gates) {
+      if (g.branch != branch) continue;
+      auto p = gate_phase_profiles(g);
+      for (int64_t h = 0; h < p.size(0); ++h) {
+        prof.push_back(p[h]);
+        stride.push_back(g.S);
+      }
+    }
+    for (size_t a = 0; a < prof.size(); ++a)
+      for (size_t b = a + 1; b < prof.size(); ++b)
+        if (stride[a] == stride[b]) overlaps.push_back((prof[a] * prof[b]).sum().unsqueeze(0));
+  }
+  if (overlaps.empty()) return torch::zeros({});
+  return torch::cat(overlaps).mean();
+}
+
 GateCollector::GateCollector(DecoderImpl& model) : model_(model) {
-  for (int l = 0; l < model_.config().n_layers; ++l)
+  for (int l = 0; l < model_.config().n_layers; ++l) {
+    const AttnConfig& c = model_.attention(l)->config();
     model_.attention(l)->set_gate_hook(
-        [this](const std::string&, const torch::Tensor& alpha) { alphas_.push_back(alpha); });
+        [this, l, S = c.S, o = c.grid_offset](const std::string& branch, const torch::Tensor& alpha) {
+          alphas_.push_back(alpha);
+          gates_.push_back({l, branch, S, o, alpha});
+        });
+  }
 }
 
 GateCollector::~GateCollector() {

@@ -329,19 +329,31 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
 
     optimizer.zero_grad();
     if (opt.before_step) opt.before_step(*model, step);
-    torch::Tensor loss, penalty;  // the task's loss (logged), and the gate penalty when one is asked for
+    // the task's loss (logged), and the gate penalties when asked for (each logged unweighted)
+    torch::Tensor loss, penalty, entropy_term, coverage_term;
     {
       std::unique_ptr<GateCollector> gates;
-      if (tc.gate_entropy_bonus > 0) gates = std::make_unique<GateCollector>(*model);
+      if (tc.gate_entropy_bonus > 0 || tc.gate_coverage_bonus > 0)
+        gates = std::make_unique<GateCollector>(*model);
       loss = lm_loss_scored(*model, b.tokens, b.targets);  // logits only where a target is
-      if (gates) penalty = gate_entropy_penalty(gates->alphas());
+      if (gates) {
+        penalty = torch::zeros({}, loss.options());
+        if (tc.gate_entropy_bonus > 0) {
+          entropy_term = gate_entropy_penalty(gates->alphas());
+          penalty = penalty + tc.gate_entropy_bonus * entropy_term;
+        }
+        if (tc.gate_coverage_bonus > 0) {
+          coverage_term = gate_coverage_penalty(gates->gates());
+          penalty = penalty + tc.gate_coverage_bonus * coverage_term;
+        }
+      }
     }
     const double lv = loss.item<double>();
     if (!std::isfinite(lv)) {
       diverged(fmt::format("loss became {} at step {}", lv, step + 1));
       break;
     }
-    (penalty.defined() ? loss + tc.gate_entropy_bonus * penalty : loss).backward();
+    (penalty.defined() ? loss + penalty : loss).backward();  // penalty: already weighted by its lambdas
     // the global gradient norm (clipped when configured); an overflowing gradient stops the run too
     const double gnorm = torch::nn::utils::clip_grad_norm_(
         model->parameters(), tc.clip > 0 ? tc.clip : std::numeric_limits<double>::infinity());
@@ -366,7 +378,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       log(fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} {:.1f}k tok/s elapsed {} eta {}", step, tc.steps,
                       lv, lr, tok_s / 1e3, fmt_duration(elapsed), fmt_duration(eta)));
       row = {{"step", step}, {"loss", lv}, {"lr", lr}, {"tok_s", tok_s}, {"elapsed_s", elapsed}};
-      if (penalty.defined()) row["gate_penalty"] = penalty.item<double>();
+      if (entropy_term.defined()) row["gate_penalty"] = entropy_term.item<double>();
+      if (coverage_term.defined()) row["gate_coverage"] = coverage_term.item<double>();
       t_window = now;
       window_tokens = 0;
     }
