@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "explain/measures.h"
@@ -194,6 +195,70 @@ TEST(GateCoverage, GradientMatchesFiniteDifferencesAndTheCollectorKnowsEachGates
     worst = std::max(worst, std::fabs((up - down) / (2 * eps) - grad.view({-1})[flat].item<double>()));
   }
   EXPECT_LE(worst, 1e-7);
+}
+
+// The DeepSeek compressors report their gates too (issue 14: carrying the coverage term to the V4 CSA
+// preset): every compressor of a forward, with stride m (CSA 4, HCA 16) and W = kappa*m offsets, whose
+// phase is i % m; the coverage pairs the two CSA layers' compressors (equal stride) and not the HCA's, and
+// its gradient in a CSA layer's gate weights matches finite differences (fp64).
+TEST(GateCoverage, DeepSeekCompressorsReportTheirGatesAndTheGradientMatches) {
+  Preset p = preset_load("dsv4-csa");
+  p.model.vocab_size = 40;
+  model_config_sync(p.model, "test");
+  torch::manual_seed(5);
+  Decoder m(p.model);
+  m->to(torch::kFloat64);
+  auto tokens = torch::randint(0, 40, {2, 64}, torch::kInt64);
+  auto penalty = [&] {
+    GateCollector g(*m);
+    m->hidden(tokens);
+    std::map<std::string, int> seen;  // "layer branch" -> count
+    for (const CollectedGate& c : g.gates()) {
+      seen[std::to_string(c.layer) + " " + c.branch]++;
+      const int S = c.layer == 2 ? 16 : 4;
+      EXPECT_EQ(c.S, S) << c.layer;
+      EXPECT_EQ(c.alpha.size(2), c.layer == 2 ? S : 2 * S) << c.layer;  // CSA overlaps, HCA does not
+      EXPECT_EQ(c.alpha.size(3), 1);
+    }
+    EXPECT_EQ(seen, (std::map<std::string, int>{
+                        {"1 comp", 1}, {"1 idx_comp", 1}, {"2 comp", 1}, {"3 comp", 1}, {"3 idx_comp", 1}}));
+    return gate_coverage_penalty(g.gates());
+  };
+  // two same-stride pairs (comp 1-3, idx_comp 1-3), each overlap in [0, 1]
+  torch::Tensor& w = m->attention(1)->param("comp_wgate");
+  auto pen = penalty();
+  EXPECT_GT(pen.item<double>(), 0.0);
+  EXPECT_LE(pen.item<double>(), 1.0);
+  pen.backward();
+  const auto grad = w.grad().clone();
+  EXPECT_GT(grad.abs().max().item<double>(), 1e-8);
+  {  // the HCA compressor has no same-stride partner: leaving it out changes nothing (its weights still get
+     // a gradient, through layer 3's input)
+    torch::NoGradGuard ng;
+    GateCollector g(*m);
+    m->hidden(tokens);
+    std::vector<CollectedGate> csa_only;
+    for (const CollectedGate& c : g.gates())
+      if (c.layer != 2) csa_only.push_back(c);
+    EXPECT_EQ(csa_only.size(), 4u);
+    EXPECT_DOUBLE_EQ(gate_coverage_penalty(csa_only).item<double>(),
+                     gate_coverage_penalty(g.gates()).item<double>());
+  }
+  torch::NoGradGuard ng;
+  double worst = 0, scale = 0;
+  auto v = w.view({-1});
+  for (int64_t flat = 0; flat < w.numel(); flat += w.numel() / 7) {
+    const double x0 = v[flat].item<double>(), eps = 1e-6;
+    v[flat] = x0 + eps;
+    const double up = penalty().item<double>();
+    v[flat] = x0 - eps;
+    const double down = penalty().item<double>();
+    v[flat] = x0;
+    const double g = grad.view({-1})[flat].item<double>();
+    worst = std::max(worst, std::fabs((up - down) / (2 * eps) - g));
+    scale = std::max(scale, std::fabs(g));
+  }
+  EXPECT_LE(worst, 1e-7 + 1e-5 * scale);
 }
 
 }  // namespace

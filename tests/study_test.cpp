@@ -14,6 +14,7 @@
 
 #include "attention/kv_memory.h"
 #include "core/io.h"
+#include "eval/model_backend.h"
 #include "model/config.h"
 #include "testing.h"
 
@@ -53,8 +54,10 @@ TEST(StudyGrid, MitigationCandidatesKeepTheReferenceMemory) {
   for (const StudyRun& r : g.runs) {
     seeds[r.preset].insert(r.seed);
     if (r.family.rfind("candidate", 0) == 0) EXPECT_NEAR(bytes(r.preset) / ref, 1.0, 0.005) << r.preset;
+    if (r.family.rfind("carry-over", 0) == 0)  // a fix carried to the V4 mix keeps that mix's memory
+      EXPECT_NEAR(bytes(r.preset) / bytes("dsv4-csa"), 1.0, 0.005) << r.preset;
   }
-  EXPECT_EQ(seeds.size(), 10u);
+  EXPECT_EQ(seeds.size(), 12u);
   for (const auto& [preset, s] : seeds) EXPECT_EQ(s, (std::set<uint64_t>{42, 43, 44})) << preset;
   // the candidates differ from the reference where they say they do
   EXPECT_EQ(preset_load("w16s8-1kv").model.layers[0].W, 16);
@@ -67,6 +70,18 @@ TEST(StudyGrid, MitigationCandidatesKeepTheReferenceMemory) {
   EXPECT_EQ(preset_load("w8s8-stagger").model.layers[0].grid_offset, 0);
   EXPECT_EQ(preset_load("w8s8-stagger").model.layers[1].grid_offset, 4);
   EXPECT_EQ(preset_load("w8s8-gate-entropy").model.layers[0].W, 8);
+  EXPECT_GT(preset_load("dsv4-csa-coverage").train.gate_coverage_bonus, 0);
+}
+
+// Residues fold onto phases only when R is a multiple of the stride: HCA's m = 16 gets R = 16, not 24.
+TEST(StudyGrid, ResiduesAreAMultipleOfEveryRunsStride) {
+  EXPECT_EQ(study_residues(preset_load("w8s8-1kv")), 24);
+  EXPECT_EQ(study_residues(preset_load("w12s12-1kv")), 24);
+  EXPECT_EQ(study_residues(preset_load("hca")), 16);
+  for (const StudyRun& r : study_grid("paper", {42, 43, 44, 45}).runs) {
+    const Preset p = study_preset(r, false);
+    EXPECT_EQ(study_residues(p) % std::max(1, display_stride(p)), 0) << r.id();
+  }
 }
 
 // issue 14's target on synthetic rows: paired by seed with the reference, each of worst doubled, gap halved
@@ -104,6 +119,11 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
   }
   rows.push_back(row("two-seeds", 42, "candidate: w", 32.0, 0.60, 0.40, 0.05));
   rows.push_back(row("two-seeds", 43, "candidate: w", 32.0, 0.60, 0.40, 0.05));
+  // a fix carried over to another design is judged against the preset its name extends, at that memory
+  for (uint64_t seed : {42, 43, 44}) {
+    rows.push_back(row("mix", seed, "carry-over: reference", 20.0, 0.40, 0.04, 0.50));
+    rows.push_back(row("mix-fix", seed, "carry-over: x", 20.0, 0.45, 0.09, 0.20));
+  }
   const json m = study_mitigations(rows, "w8s8-1kv", 4608);
   std::map<std::string, std::string> verdict;
   for (const json& g : m["goal"])
@@ -113,6 +133,19 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
   EXPECT_EQ(verdict["costly/prefix"], "not at equal memory");
   EXPECT_EQ(verdict["two-seeds/prefix"], "inconclusive (fewer than 3 paired seeds)");
   EXPECT_EQ(verdict.count("w8s4-1kv/prefix"), 0u);  // baselines are not judged
+  EXPECT_EQ(verdict["mix-fix/prefix"], "meets");    // against mix (20 B/token), not w8s8-1kv
+  EXPECT_EQ(verdict.count("mix/prefix"), 0u);       // a carried-over reference is not judged
+  // against a reference that has not learned the task (mean below 10%) no seed is paired
+  for (json& r : rows)
+    if (r["preset"] == "mix")
+      for (const char* protocol : {"prefix", "in-sequence"}) r["protocols"][protocol]["mean"] = 0.02;
+  for (const json& g : study_mitigations(rows, "w8s8-1kv", 4608)["goal"])
+    if (g["preset"] == "mix-fix") {
+      EXPECT_EQ(g["verdict"], "inconclusive (fewer than 3 paired seeds)");
+      EXPECT_EQ(g["paired_seeds"], 0);
+    }
+  for (const json& g : m["goal"])
+    EXPECT_EQ(g["reference"], g["preset"] == "mix-fix" ? "mix" : "w8s8-1kv") << g["preset"];
   EXPECT_EQ(m["rows"].size(), rows.size() * 2);
   for (const json& r : m["rows"]) {
     for (const char* k :

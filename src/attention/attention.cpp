@@ -595,8 +595,10 @@ static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const 
     feat = torch::cat({pf, feat}, 2L);  // [B, N, 2m, width]
     logit = torch::cat({pl, logit}, 2L);
   }
-  auto alpha = torch::softmax(logit, 2);                                        // [B, N, kappa*m, width]
-  if (alpha_out) *alpha_out = alpha.detach().unsqueeze(3);                      // [B, N, kappa*m, 1, width]
+  auto alpha = torch::softmax(logit, 2);                    // [B, N, kappa*m, width]
+  if (alpha_out) *alpha_out = alpha.detach().unsqueeze(3);  // [B, N, kappa*m, 1, width]
+  if (mod.gate_hook())
+    mod.gate_hook()(pre.substr(0, pre.size() - 1), alpha.unsqueeze(3));         // "comp", "idx_comp"
   auto pooled = (alpha * feat).sum(2);                                          // [B, N, width]
   pooled = rms_norm(pooled, mod.param(pre + "norm"), c.norm_eps).unsqueeze(2);  // [B, N, 1, width]
   if (starts) *starts = jj * m;

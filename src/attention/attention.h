@@ -46,7 +46,10 @@ using HeadHook = std::function<torch::Tensor(const torch::Tensor& o)>;
 
 // Called with every chunked entry gate a forward makes, with its graph: branch "ck" or "cv" and alpha
 // [B, N, W, Hkv, 1 or D] (softmax over W). Used by training regularizers (train/gate_penalty.h); unset
-// otherwise. Uniform gates have no distribution to report.
+// otherwise. Uniform gates have no distribution to report. Chunked kinds report branches "ck" / "cv"
+// (offset i = token s + i of the entry starting at s); the DeepSeek compressors "comp" and "idx_comp"
+// with W = kappa*m, Hkv = 1, D = the entry width (offset i = token (j - kappa + 1)*m + i of entry j:
+// with overlap the previous block's m tokens, then the block's own), so offset i has phase i % m.
 using GateHook = std::function<void(const std::string& branch, const torch::Tensor& alpha)>;
 
 // The decode-time state of one layer for a batch of sequences that advance together (same length),
@@ -100,6 +103,7 @@ class AttentionImpl : public torch::nn::Module {
   const AttnConfig& config() const { return cfg_; }
   void set_head_hook(HeadHook hook) { head_hook_ = std::move(hook); }  // empty = none
   void set_gate_hook(GateHook hook) { gate_hook_ = std::move(hook); }  // empty = none
+  const GateHook& gate_hook() const { return gate_hook_; }
   torch::Tensor& param(const std::string& name);  // throws if this config has no such parameter
 
  private:

@@ -90,6 +90,7 @@ EvalOptions eval_options_for(const Preset& p, PadProtocol protocol, int64_t samp
   o.S = display_stride(p);
   o.layout.protocol = protocol;
   o.layout.R = R;
+  o.layout.pad = std::max(o.layout.pad, 2 * R - 1);  // room for every shift (layout.h); 48 up to R = 24
   o.layout.seed = seed;
   o.layout.task.n_records = p.task.n_records;
   o.layout.task.n_demos = std::min(8, p.task.n_records - 1);  // the paper's evaluation format

@@ -46,7 +46,8 @@ torch::Tensor model_last_logprobs(DecoderImpl& model, const std::vector<const st
 int display_stride(const Preset& p);
 
 // Evaluation options for a checkpoint's preset: the lookup task at its n_records with the paper's
-// 8 demonstrations, its vocabulary, about `samples` prompts in whole paired blocks, progress to stdout.
+// 8 demonstrations, its vocabulary, about `samples` prompts in whole paired blocks, filler room for R
+// residues (pad max(48, 2R - 1)), progress to stdout.
 EvalOptions eval_options_for(const Preset& p, PadProtocol protocol, int64_t samples, int R, uint64_t seed);
 // "" when the design scores exactly `requested` prompts; else one line saying how many it scores and
 // why (the paired design takes whole blocks: R base examples, each at all R residues).

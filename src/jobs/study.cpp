@@ -39,7 +39,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int kR = 24;                  // residues: a common multiple of every stride in the grid
+constexpr int kR = 24;  // residues: a multiple of every W/S stride (4, 6, 8, 12); see study_residues
 constexpr int64_t kKvContext = 131072;  // KV bytes per token are given at 128K tokens, bf16 (2 bytes)
 constexpr int kKvBytes = 2;
 
@@ -132,6 +132,11 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
     add("w8s4-1kv", three, "baseline", "W8/S4 · 1 KV");
     add("uniform", three, "baseline", "uniform averaging");
     add("full-1kv", three, "baseline", "Full attention · 1 KV");
+    // carried over to the DeepSeek-V4 mix, last: judged against dsv4-csa, the preset its name extends
+    // (docs/mitigations/README.md: at the study's recipe dsv4-csa has not learned the task in 2 of 2 seeds,
+    // so until a recipe under which it does, these rows cannot say whether a fix carries over)
+    add("dsv4-csa-coverage", three, "carry-over: head coverage", "");
+    add("dsv4-csa", three, "carry-over: reference", "");
   } else {
     const std::string fix =
         "pass --grid paper, --grid quick, --grid mitigations, or a grid file {\"name\", \"toy\", \"runs\": "
@@ -204,6 +209,11 @@ Preset study_preset(const StudyRun& run, bool toy) {
   return preset_from_json(j.dump(), "study run " + run.id());
 }
 
+int study_residues(const Preset& p) {
+  const int S = std::max(1, display_stride(p));
+  return kR % S == 0 ? kR : S;
+}
+
 namespace {
 
 json interval(const Interval& i) { return json::array({i.lo, i.hi}); }
@@ -264,8 +274,8 @@ json explain_row(const ExplainResults& x) {
 
 // Evaluation prompts per run and protocol: 192 per residue (the floor: a flat model's noise-only
 // gap is then ~12 points at 20% accuracy), 48 at toy size.
-int64_t study_samples(const StudyOptions& opt, const StudyGrid& grid) {
-  return opt.samples > 0 ? opt.samples : (grid.toy ? 48 : 192) * kR;
+int64_t study_samples(const StudyOptions& opt, const StudyGrid& grid, int R = kR) {
+  return opt.samples > 0 ? opt.samples : (grid.toy ? 48 : 192) * R;
 }
 
 // The fewest prompts any protocol of a row was scored on (0 for a row without protocols).
@@ -305,11 +315,12 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
     row["val_loss"] = heldout_loss(*m.model, m.preset, grid.toy ? 64 : 512, 20261204);
   }
 
-  const int64_t samples = study_samples(opt, grid);
+  const int R = study_residues(trained.preset);
+  const int64_t samples = study_samples(opt, grid, R);
   json protocols = json::object();
   for (PadProtocol protocol : {PadProtocol::Prefix, PadProtocol::InSequence}) {
     LoadedModel m = trained;
-    EvalOptions eo = eval_options_for(m.preset, protocol, samples, kR, 1);
+    EvalOptions eo = eval_options_for(m.preset, protocol, samples, R, 1);
     eo.fresh = opt.fresh;
     eo.report = false;
     eo.bootstrap = 2000;
@@ -328,7 +339,7 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
   ExplainOptions xo;
   xo.samples = grid.toy ? 1152 : 576;  // toy prompts are short: more blocks balance the layout
   xo.calib_samples = grid.toy ? 48 : 192;
-  xo.R = kR;
+  xo.R = R;
   xo.fresh = opt.fresh;
   xo.report = false;
   const ExplainResults xr = explain_run(m.model, m.preset, xo, (fs::path(dir) / "explain").string());
@@ -799,16 +810,29 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
   // the target, per candidate and protocol, seed by seed against the reference of that seed
   const std::string rule =
       "at the reference's KV bytes per token (within 0.5%), on every seed the reference also has: worst >= 2 "
-      "x "
-      "the reference's worst, gap <= the reference's gap / 2, and mean >= the lower end of the reference "
+      "x the reference's worst, gap <= the reference's gap / 2, and mean >= the lower end of the reference "
       "mean's 95% interval (the mean is not lowered beyond noise); 'meets' when every such seed passes, "
-      "with at least 3 seeds";
+      "with at least 3 seeds; a seed whose reference row has not learned the task (mean below 10%) is not "
+      "paired (nothing to double or halve). The reference is " +
+      reference +
+      ", except for a candidate named BASE-x where preset BASE has rows here (a fix carried over to "
+      "another design, e.g. dsv4-csa-coverage against dsv4-csa)";
   json goal = json::array();
   for (const std::string& preset : order) {
+    std::string base = reference;  // the longest other preset that `preset` extends as BASE-x
+    for (const std::string& other : order)
+      if (other != preset && other.size() > (base == reference ? 0 : base.size()) &&
+          preset.rfind(other + "-", 0) == 0)
+        base = other;
+    // judged: every "candidate..." row, and a "carry-over..." row that extends another preset here (the
+    // carried-over design's own reference, e.g. dsv4-csa, is not a candidate)
     bool candidate = false;
-    for (const json& r : flat)
-      if (r["preset"] == preset && r["family"].get<std::string>().rfind("candidate", 0) == 0)
+    for (const json& r : flat) {
+      const std::string fam = r["family"];
+      if (r["preset"] == preset &&
+          (fam.rfind("candidate", 0) == 0 || (fam.rfind("carry-over", 0) == 0 && base != reference)))
         candidate = true;
+    }
     if (!candidate) continue;
     for (const std::string& protocol : protocols) {
       json seeds = json::array();
@@ -818,10 +842,9 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
         if (c["preset"] != preset || c["protocol"] != protocol || c["tag"] != "") continue;
         const json* ref = nullptr;
         for (const json& q : flat)
-          if (q["preset"] == reference && q["protocol"] == protocol && q["seed"] == c["seed"] &&
-              q["tag"] == "")
+          if (q["preset"] == base && q["protocol"] == protocol && q["seed"] == c["seed"] && q["tag"] == "")
             ref = &q;
-        if (!ref) continue;
+        if (!ref || num(*ref, "mean") < kLearned) continue;
         ++paired;
         const double kv_ratio =
             c["kv_bytes_per_token"].get<double>() / (*ref)["kv_bytes_per_token"].get<double>();
@@ -848,6 +871,7 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
                                   : pass == paired ? "meets"
                                                    : "does not meet";
       goal.push_back({{"preset", preset},
+                      {"reference", base},
                       {"protocol", protocol},
                       {"paired_seeds", paired},
                       {"seeds_passing", pass},
@@ -884,9 +908,10 @@ std::string study_format_mitigations(const json& m) {
                      e["val_loss"]["mean"].get<double>());
   t += "goal: " + m["goal_rule"].get<std::string>() + "\n";
   for (const json& g : m["goal"])
-    t += fmt::format("  {:<20} {:<12} {} ({} of {} seeds pass)\n", g["preset"].get<std::string>(),
-                     g["protocol"].get<std::string>(), g["verdict"].get<std::string>(),
-                     g["seeds_passing"].get<int>(), g["paired_seeds"].get<int>());
+    t += fmt::format("  {:<20} {:<12} vs {:<10} {} ({} of {} seeds pass)\n", g["preset"].get<std::string>(),
+                     g["protocol"].get<std::string>(), g["reference"].get<std::string>(),
+                     g["verdict"].get<std::string>(), g["seeds_passing"].get<int>(),
+                     g["paired_seeds"].get<int>());
   return t;
 }
 

@@ -55,6 +55,12 @@ StudyGrid study_grid(const std::string& name_or_file, const std::vector<uint64_t
 // then run.overrides as a JSON merge patch; an "attention" patch applies to every layer.
 Preset study_preset(const StudyRun& run, bool toy);
 
+// The residues R a run is evaluated and explained on: 24 (a multiple of every W/S stride of the paper), or
+// the model's stride S where S does not divide 24 (HCA's m = 16: R = 16), so that residues fold onto
+// phases t mod S (and R = S keeps the layout's filler budget 2R - 1 within the default 48). Prompts per
+// residue stay 192, so such a run scores R * 192 per protocol.
+int study_residues(const Preset& p);
+
 struct StudyOptions {
   std::string grid = "paper";
   std::vector<uint64_t> seeds = {42, 43, 44, 45};
@@ -63,7 +69,7 @@ struct StudyOptions {
   bool fresh = false;            // redo every run of this shard from scratch (rows, checkpoints, journals)
   bool run = true;               // false: only aggregate the rows that exist (--report-only)
   bool report = true;            // PNG plots and report.html (needs gnuplot)
-  int64_t samples = 0;  // evaluation prompts per protocol (0: 4608 = 192 per residue, R = 24; toy 48 per
+  int64_t samples = 0;  // evaluation prompts per protocol (0: 192 per residue: 4608 at R = 24; toy 48 per
                         // residue). A row scored on fewer is evaluated again (its trained model reused)
   std::vector<std::string> merge;  // other study output folders whose rows are copied in first
   std::string command;             // the command line, recorded in study.json

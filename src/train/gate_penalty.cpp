@@ -27,7 +27,7 @@ torch::Tensor gate_phase_profiles(const CollectedGate& g) {
 
 torch::Tensor gate_coverage_penalty(const std::vector<CollectedGate>& gates) {
   std::vector<torch::Tensor> overlaps;
-  for (const char* branch : {"ck", "cv"}) {
+  for (const char* branch : {"ck", "cv", "comp", "idx_comp"}) {
     std::vector<torch::Tensor> prof;  // one [S] row per (layer, KV head) of this branch
     std::vector<int> stride;
     for (const CollectedGate& g : gates) {
@@ -49,8 +49,10 @@ torch::Tensor gate_coverage_penalty(const std::vector<CollectedGate>& gates) {
 GateCollector::GateCollector(DecoderImpl& model) : model_(model) {
   for (int l = 0; l < model_.config().n_layers; ++l) {
     const AttnConfig& c = model_.attention(l)->config();
+    // a DeepSeek compressor's offset i has phase i % m (attention.h GateHook); a chunked one (o + i) % S
+    const int S = attn_is_ds(c) ? c.ratio : c.S, o = attn_is_ds(c) ? 0 : c.grid_offset;
     model_.attention(l)->set_gate_hook(
-        [this, l, S = c.S, o = c.grid_offset](const std::string& branch, const torch::Tensor& alpha) {
+        [this, l, S, o](const std::string& branch, const torch::Tensor& alpha) {
           alphas_.push_back(alpha);
           gates_.push_back({l, branch, S, o, alpha});
         });

@@ -10,9 +10,9 @@
 // The head-coverage repulsion (candidate 5, the term the paper's idealized model lacks; `phasescope
 // theory --coverage` checks it there): each gate's static phase profile g(r) = E[alpha] at the offsets i
 // with (o + i) % S = r (o the layer's grid offset), summing to 1; for every pair of gates of one branch
-// (key or value) in different layers or KV heads, the overlap <g_a, g_b> (1/S when both are uniform, 1
-// when both sit on one phase, 0 on disjoint phases); penalty = the mean over those pairs.
-// Not here: the trainer's use (train/trainer.cpp adds lambda x penalty).
+// (key or value; a DeepSeek compressor or its indexer's) in different layers or KV heads, the overlap <g_a,
+// g_b> (1/S when both are uniform, 1 when both sit on one phase, 0 on disjoint phases); penalty = the mean
+// over those pairs. Not here: the trainer's use (train/trainer.cpp adds lambda x penalty).
 #pragma once
 #include <torch/torch.h>
 
@@ -43,8 +43,9 @@ torch::Tensor gate_phase_profiles(const CollectedGate& g);
 // The coverage penalty above over the collected gates; 0 when no branch has two gates.
 torch::Tensor gate_coverage_penalty(const std::vector<CollectedGate>& gates);
 
-// Collects every chunked gate the model's forward makes while alive (AttentionImpl::set_gate_hook on each
-// layer), and removes the hooks when destroyed.
+// Collects every gate the model's forward makes while alive (AttentionImpl::set_gate_hook on each layer:
+// chunked branches "ck" / "cv", DeepSeek compressors "comp" / "idx_comp" with phase i % m), and removes
+// the hooks when destroyed.
 class GateCollector {
  public:
   explicit GateCollector(DecoderImpl& model);
