@@ -132,7 +132,12 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
     add("w8s4-1kv", three, "baseline", "W8/S4 · 1 KV");
     add("uniform", three, "baseline", "uniform averaging");
     add("full-1kv", three, "baseline", "Full attention · 1 KV");
-    // carried over to the DeepSeek-V4 mix, last: judged against dsv4-csa, the preset its name extends
+    // carried over (judged against the preset each name extends): staggered grids, the one candidate that
+    // kept the reference's numbers and moved its weak phases, on the paper's DeepSeek-style kernel (W8/S4,
+    // vector gates, tied K/V: a design that learns at this recipe); then coverage on the DeepSeek-V4 mix
+    add("deepseek-style-stagger", three, "carry-over: staggered grids", "");
+    add("deepseek-style", three, "carry-over: reference", "DeepSeek-style kernel");
+    // the DeepSeek-V4 mix, last: judged against dsv4-csa, the preset its name extends
     // (docs/mitigations/README.md: at the study's recipe dsv4-csa has not learned the task in 2 of 2 seeds,
     // so until a recipe under which it does, these rows cannot say whether a fix carries over)
     add("dsv4-csa-coverage", three, "carry-over: head coverage", "");
