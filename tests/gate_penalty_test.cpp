@@ -1,13 +1,17 @@
 // gate_penalty_test.cpp — the static-gate entropy bonus (issue 14, candidate 4): its concentration is
 // explain's static concentration (one measure, two forms), its gradient matches finite differences in
 // the gate parameters (fp64), the collector sees every chunked gate of a forward and lets go after, and
-// training with the bonus ends with less static concentration than without it, same seed and steps.
+// training with the bonus ends with less static concentration than without it, same seed and steps. The
+// head-coverage term (candidate 5): its overlaps, its gradient, and the DeepSeek compressors' gates.
 #include "train/gate_penalty.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <vector>
 
 #include "explain/measures.h"
 #include "model/config.h"
@@ -18,6 +22,25 @@
 
 namespace phasescope {
 namespace {
+
+// The largest gap between the autograd gradient `grad` of w and f's central difference (eps 1e-6) at the
+// flat indices given; w is restored after each.
+double fd_worst(const std::function<torch::Tensor()>& f, torch::Tensor& w, const torch::Tensor& grad,
+                const std::vector<int64_t>& flats) {
+  torch::NoGradGuard ng;
+  auto v = w.view({-1});
+  double worst = 0;
+  for (int64_t flat : flats) {
+    const double x0 = v[flat].item<double>(), eps = 1e-6;
+    v[flat] = x0 + eps;
+    const double up = f().item<double>();
+    v[flat] = x0 - eps;
+    const double down = f().item<double>();
+    v[flat] = x0;
+    worst = std::max(worst, std::fabs((up - down) / (2 * eps) - grad.view({-1})[flat].item<double>()));
+  }
+  return worst;
+}
 
 TEST(GatePenalty, ConcentrationIsExplainsStaticConcentration) {
   torch::manual_seed(1);
@@ -69,20 +92,10 @@ TEST(GatePenalty, GradientMatchesFiniteDifferences) {
     torch::Tensor& w = m->attention(1)->param("ck_gate_w");
     penalty().backward();
     const auto grad = w.grad().clone();
+    std::vector<int64_t> flats;
+    for (int64_t i = 0; i < 6; ++i) flats.push_back((i * 37) % w.numel());
+    EXPECT_LE(fd_worst(penalty, w, grad, flats), 1e-7) << gate;
     torch::NoGradGuard ng;
-    double worst = 0;
-    for (int64_t i = 0; i < 6; ++i) {
-      const int64_t flat = (i * 37) % w.numel();
-      auto v = w.view({-1});
-      const double x0 = v[flat].item<double>(), eps = 1e-6;
-      v[flat] = x0 + eps;
-      const double up = penalty().item<double>();
-      v[flat] = x0 - eps;
-      const double down = penalty().item<double>();
-      v[flat] = x0;
-      worst = std::max(worst, std::fabs((up - down) / (2 * eps) - grad.view({-1})[flat].item<double>()));
-    }
-    EXPECT_LE(worst, 1e-7) << gate;
     // the hooks are gone once the collector is: a forward reports nothing
     m->attention(0)->param("ck_gate_w");
     m->hidden(tokens);
@@ -182,19 +195,9 @@ TEST(GateCoverage, GradientMatchesFiniteDifferencesAndTheCollectorKnowsEachGates
   penalty().backward();
   const auto grad = w.grad().clone();
   EXPECT_GT(grad.abs().max().item<double>(), 1e-6);
-  torch::NoGradGuard ng;
-  double worst = 0;
-  for (int64_t flat = 0; flat < w.numel(); ++flat) {
-    auto v = w.view({-1});
-    const double x0 = v[flat].item<double>(), eps = 1e-6;
-    v[flat] = x0 + eps;
-    const double up = penalty().item<double>();
-    v[flat] = x0 - eps;
-    const double down = penalty().item<double>();
-    v[flat] = x0;
-    worst = std::max(worst, std::fabs((up - down) / (2 * eps) - grad.view({-1})[flat].item<double>()));
-  }
-  EXPECT_LE(worst, 1e-7);
+  std::vector<int64_t> flats(size_t(w.numel()));
+  std::iota(flats.begin(), flats.end(), 0);
+  EXPECT_LE(fd_worst(penalty, w, grad, flats), 1e-7);
 }
 
 // The DeepSeek compressors report their gates too (issue 14: carrying the coverage term to the V4 CSA
@@ -244,21 +247,13 @@ TEST(GateCoverage, DeepSeekCompressorsReportTheirGatesAndTheGradientMatches) {
     EXPECT_DOUBLE_EQ(gate_coverage_penalty(csa_only).item<double>(),
                      gate_coverage_penalty(g.gates()).item<double>());
   }
-  torch::NoGradGuard ng;
-  double worst = 0, scale = 0;
-  auto v = w.view({-1});
+  std::vector<int64_t> flats;
+  double scale = 0;
   for (int64_t flat = 0; flat < w.numel(); flat += w.numel() / 7) {
-    const double x0 = v[flat].item<double>(), eps = 1e-6;
-    v[flat] = x0 + eps;
-    const double up = penalty().item<double>();
-    v[flat] = x0 - eps;
-    const double down = penalty().item<double>();
-    v[flat] = x0;
-    const double g = grad.view({-1})[flat].item<double>();
-    worst = std::max(worst, std::fabs((up - down) / (2 * eps) - g));
-    scale = std::max(scale, std::fabs(g));
+    flats.push_back(flat);
+    scale = std::max(scale, std::fabs(grad.view({-1})[flat].item<double>()));
   }
-  EXPECT_LE(worst, 1e-7 + 1e-5 * scale);
+  EXPECT_LE(fd_worst(penalty, w, grad, flats), 1e-7 + 1e-5 * scale);
 }
 
 }  // namespace

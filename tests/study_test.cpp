@@ -127,7 +127,7 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
     rows.push_back(row("mix", seed, "carry-over: reference", 20.0, 0.40, 0.04, 0.50));
     rows.push_back(row("mix-fix", seed, "carry-over: x", 20.0, 0.45, 0.09, 0.20));
   }
-  const json m = study_mitigations(rows, "w8s8-1kv", 4608);
+  const json m = study_mitigations(rows, "w8s8-1kv");
   std::map<std::string, std::string> verdict;
   for (const json& g : m["goal"])
     verdict[g["preset"].get<std::string>() + "/" + g["protocol"].get<std::string>()] = g["verdict"];
@@ -142,7 +142,7 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
   for (json& r : rows)
     if (r["preset"] == "mix")
       for (const char* protocol : {"prefix", "in-sequence"}) r["protocols"][protocol]["mean"] = 0.02;
-  for (const json& g : study_mitigations(rows, "w8s8-1kv", 4608)["goal"])
+  for (const json& g : study_mitigations(rows, "w8s8-1kv")["goal"])
     if (g["preset"] == "mix-fix") {
       EXPECT_EQ(g["verdict"], "inconclusive (fewer than 3 paired seeds)");
       EXPECT_EQ(g["paired_seeds"], 0);
@@ -157,6 +157,8 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
     EXPECT_NE(
         r["command"].get<std::string>().find("phasescope train --preset " + r["preset"].get<std::string>()),
         std::string::npos);
+    // the prompts and residues the row was scored on (its "n"; "R" absent: 24)
+    EXPECT_NE(r["command"].get<std::string>().find("--samples 4608 --R 24 "), std::string::npos);
   }
   // per preset over seeds, and the frontier point (averaged over seeds and both protocols)
   for (const json& e : m["presets"])

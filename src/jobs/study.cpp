@@ -719,7 +719,7 @@ json study_ablations(const std::vector<json>& rows) {
   return out;
 }
 
-json study_mitigations(const std::vector<json>& rows, const std::string& reference, int64_t samples) {
+json study_mitigations(const std::vector<json>& rows, const std::string& reference) {
   const std::vector<std::string> protocols = {"prefix", "in-sequence"};
   json out;
   out["reference"] = reference;
@@ -756,8 +756,8 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
                            ? fmt::format("phasescope train --preset {} --seed {} --out {} && phasescope eval "
                                          "--checkpoint {} --protocol {} --samples {} --R {} --bootstrap 2000 "
                                          "--seed 1 --out {}/eval-{}",
-                                         preset, r["seed"].get<uint64_t>(), dir, dir, protocol, samples, kR,
-                                         dir, protocol)
+                                         preset, r["seed"].get<uint64_t>(), dir, dir, protocol,
+                                         (*p)["n"].get<int64_t>(), (*p).value("R", kR), dir, protocol)
                            : "phasescope study --grid mitigations (run " + r["id"].get<std::string>() +
                                  ": the preset with the grid's overrides)"}});
     }
@@ -825,10 +825,12 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
   json goal = json::array();
   for (const std::string& preset : order) {
     std::string base = reference;  // the longest other preset that `preset` extends as BASE-x
+    size_t base_len = 0;
     for (const std::string& other : order)
-      if (other != preset && other.size() > (base == reference ? 0 : base.size()) &&
-          preset.rfind(other + "-", 0) == 0)
+      if (other != preset && other.size() > base_len && preset.rfind(other + "-", 0) == 0) {
         base = other;
+        base_len = other.size();
+      }
     // judged: every "candidate..." row, and a "carry-over..." row that extends another preset here (the
     // carried-over design's own reference, e.g. dsv4-csa, is not a candidate)
     bool candidate = false;
@@ -1336,7 +1338,7 @@ StudyResult study_run(const StudyOptions& opt) {
     return w;
   }();
   if (grid.name == "mitigations") {
-    json m = study_mitigations(rows, "w8s8-1kv", study_samples(opt, grid));
+    json m = study_mitigations(rows, "w8s8-1kv");
     m["schema"] = "phasescope-mitigations";
     m["version"] = 1;
     m["command"] = opt.command;
