@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attention/gathered.h"
 #include "core/check.h"
 
 namespace phasescope {
@@ -53,20 +54,26 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& m
 // One softmax over the score parts joined on the last dim, each with its mask of allowed keys.
 // never_empty (every row allows at least one key): the fused softmax, one pass with a fused
 // backward; otherwise masked_softmax, which gives an empty row zeros.
-torch::Tensor joint_softmax(const std::vector<torch::Tensor>& parts, const std::vector<torch::Tensor>& masks,
+torch::Tensor joint_softmax(std::vector<torch::Tensor> parts, std::vector<torch::Tensor> masks,
                             bool never_empty) {
   if (!never_empty) {
     auto scores = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
     auto allowed = masks.size() == 1 ? masks[0] : torch::cat(masks, -1);
+    parts.clear();
     return masked_softmax(scores, allowed);
   }
-  // each part masked on its own, then joined: its (broadcast) mask is never materialized and each part's
-  // product is freed once masked, so the forward holds about two score-sized tensors, not four
+  // each part masked on its own, then joined: its (broadcast) mask is never materialized, each part's
+  // product is released once masked and the masked parts once joined (the callers move their parts in),
+  // so the forward holds at most two score-sized tensors at a time (the joined scores and the softmax)
   std::vector<torch::Tensor> masked;
-  for (size_t i = 0; i < parts.size(); ++i)  // where() reads the broadcast mask as it is (no negated copy)
+  for (size_t i = 0; i < parts.size(); ++i) {  // where() reads the broadcast mask as it is (no negated copy)
     masked.push_back(torch::where(
         masks[i], parts[i], torch::full({}, -std::numeric_limits<float>::infinity(), parts[i].options())));
-  return torch::softmax(masked.size() == 1 ? masked[0] : torch::cat(masked, -1), -1);
+    parts[i].reset();
+  }
+  auto joined = masked.size() == 1 ? masked[0] : torch::cat(masked, -1);
+  masked.clear();
+  return torch::softmax(joined, -1);
 }
 
 // How the raw (uncompressed) tokens are chosen for each query.
@@ -137,7 +144,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
       raw_ok.view({1, 1, nb, 1, L, KB * L}).expand({B, Hkv, nb, G, L, KB * L})};
 
   // compressed entries: scores [B, Hkv, nb, G, L, N], visible iff entry_last <= query position
-  torch::Tensor vcb, sel, ksel, vsel;  // gathered: sel [B, Tp, K] (clamped), ksel / vsel [B, Tp, K, D]
+  torch::Tensor vcb, sel;  // gathered: sel [B, Tp, K] (clamped to a valid entry; masked below)
   const bool gathered = N > 0 && entry_idx.defined();
   const int64_t NE = gathered ? entry_idx.size(2) : N;  // entry columns of the joint softmax
   if (gathered) {  // the indexer picked K entries per query: gather them, one [H, D] x [D, K] product each
@@ -145,12 +152,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
     auto idx = torch::constant_pad_nd(entry_idx, {0, 0, 0, Tp - T}, -1);  // [B, Tp, K]
     auto valid = idx >= 0;
     sel = idx.clamp_min(0);
-    auto gather = [&](const torch::Tensor& t) {  // [B, N, 1, D] -> [B, Tp, K, D]
-      return t.squeeze(2).gather(1, sel.view({B, Tp * NE, 1}).expand({B, Tp * NE, D})).view({B, Tp, NE, D});
-    };
-    ksel = gather(kc);
-    vsel = vc.is_same(kc) ? ksel : gather(vc);
-    auto sc = torch::matmul(qp * scale, ksel.transpose(-1, -2));  // [B, Tp, H, K]
+    auto sc = gathered_scores(qp * scale, kc.squeeze(2), sel);  // [B, Tp, H, K]
     parts.push_back(sc.view({B, nb, L, 1, H, NE}).permute({0, 3, 1, 4, 2, 5}));
     masks.push_back(valid.view({B, 1, nb, 1, L, NE}).expand({B, 1, nb, H, L, NE}));
   } else if (N >
@@ -167,17 +169,21 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   }
   // a row can only be empty when the raw part may exclude the query itself (tail mode, window 0)
   // and there is no sink
-  auto p = joint_softmax(parts, masks,
+  auto p = joint_softmax(std::move(parts), std::move(masks),
                          sink.defined() || local.all || (local.window >= 1 && !local.cover_end.defined()));
-  auto p_raw = p.narrow(-1, 0, KB * L);
+  // the columns split into raw, entry and sink parts (split, not narrow: the backward joins the parts'
+  // gradients once instead of padding each to p's full size and summing them)
+  const int64_t n_rest = p.size(-1) - KB * L - NE;
+  auto p_parts = p.split_with_sizes(
+      n_rest > 0 ? std::vector<int64_t>{KB * L, NE, n_rest} : std::vector<int64_t>{KB * L, NE}, -1);
+  auto p_raw = p_parts[0];
   auto o = torch::matmul(p_raw.reshape({B, Hkv, nb, G * L, KB * L}), vw).reshape({B, Hkv, nb, G, L, D});
   torch::Tensor p_sel;  // gathered: [B, Tp, H, K]
   if (gathered) {
-    p_sel = p.narrow(-1, KB * L, NE).permute({0, 2, 4, 1, 3, 5}).reshape({B, Tp, H, NE});
-    o = o + torch::matmul(p_sel, vsel).view({B, nb, L, 1, H, D}).permute({0, 3, 1, 4, 2, 5});
+    p_sel = p_parts[1].permute({0, 2, 4, 1, 3, 5}).reshape({B, Tp, H, NE});
+    o = o + gathered_mix(p_sel, vc.squeeze(2), sel).view({B, nb, L, 1, H, D}).permute({0, 3, 1, 4, 2, 5});
   } else if (N > 0) {
-    o = o + torch::matmul(p.narrow(-1, KB * L, N).reshape({B, Hkv, nb * G * L, N}), vcb)
-                .reshape({B, Hkv, nb, G, L, D});
+    o = o + torch::matmul(p_parts[1].reshape({B, Hkv, nb * G * L, N}), vcb).reshape({B, Hkv, nb, G, L, D});
   }
 
   if (trace && trace->probs) {
@@ -240,7 +246,7 @@ torch::Tensor rows_attention(const torch::Tensor& q, const torch::Tensor& k, con
     parts.push_back(sink.view({1, Hkv, G, 1}).expand({N, Hkv, G, 1}));
     masks.push_back(torch::ones({N, Hkv, G, 1}, iopt.dtype(torch::kBool)));
   }
-  auto p = joint_softmax(parts, masks, /*never_empty=*/true);
+  auto p = joint_softmax(std::move(parts), std::move(masks), /*never_empty=*/true);
   auto o = torch::matmul(p.narrow(-1, 0, K), vr.permute({0, 2, 1, 3}));  // [N, Hkv, G, D]
   if (Ne > 0) o = o + torch::matmul(p.narrow(-1, K, Ne), vcr);
   return o.reshape({N, H, D});
@@ -618,13 +624,18 @@ static torch::Tensor ds_topk_select(const torch::Tensor& score, const torch::Ten
   auto above = (score > thr) & vis;
   auto ties = (score == thr) & vis;
   auto n_above = above.sum(-1, true), n_ties = ties.sum(-1, true);
-  if ((n_above + n_ties <= kk).all().item<bool>())  // no tie straddles the k-th place: top-k's set is it
-    return idx.masked_fill(vis.expand_as(score).gather(-1, idx).logical_not(), -1);
-  // ties at the k-th score straddle it somewhere: the earliest ones fill the places left
-  auto mask = above | (ties & (ties.cumsum(-1) <= kk - n_above));
-  auto rank = mask.to(torch::kInt64) * (N - torch::arange(N, iopt));  // picked: N - j > 0, else 0
-  auto picks = std::get<1>(rank.topk(kk, -1));
-  return picks.masked_fill(mask.gather(-1, picks).logical_not(), -1);
+  auto out = idx.masked_fill(vis.expand_as(score).gather(-1, idx).logical_not(), -1);  // [B, T, kk]
+  auto straddle = (n_above + n_ties > kk).flatten();  // rows where ties straddle the k-th place, [B*T]
+  if (!straddle.any().item<bool>()) return out;       // everywhere else top-k's set is the answer
+  // in those rows only, the earliest ties fill the places left
+  auto rows = straddle.nonzero().squeeze(1);  // [R]
+  auto pick_rows = [&](const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}).index_select(0, rows); };
+  auto tr = pick_rows(ties), left = pick_rows(kk - n_above);  // [R, N], [R, 1]
+  auto mask = pick_rows(above) | (tr & (tr.cumsum(-1, torch::kInt32) <= left));
+  auto rank = torch::where(mask, (N - torch::arange(N, iopt)).to(torch::kInt32), 0);  // picked: N - j > 0
+  auto picks = std::get<1>(rank.topk(kk, -1));                                        // [R, kk]
+  picks = picks.masked_fill(mask.gather(-1, picks).logical_not(), -1);
+  return out.view({-1, kk}).index_copy(0, rows, picks).view_as(out);
 }
 
 // The indexer's scores I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j) of queries at positions pos [T]
@@ -632,16 +643,15 @@ static torch::Tensor ds_topk_select(const torch::Tensor& score, const torch::Ten
 static torch::Tensor ds_index_scores(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& qa,
                                      const torch::Tensor& x, const torch::Tensor& pos,
                                      const torch::Tensor& ki) {
+  torch::NoGradGuard no_grad;  // a selection score, never differentiated: the in-place steps below are safe
   const int64_t B = x.size(0), T = x.size(1), HI = c.index_heads, DI = c.index_dim;
   auto qi = rope_apply(matmul_wt(qa, mod.param("idx_wq_b")).view({B, T, HI, DI}), pos,
                        attn_rope_inv_freq(c, attn_index_rope_dims(c)));  // [B, T, HI, DI]
   auto w = matmul_wt(x, mod.param("idx_ww")) *
            (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
-  auto score = torch::zeros({B, T, ki.size(1)}, x.options());
-  for (int64_t h = 0; h < HI; ++h)
-    score = score +
-            w.select(2, h).unsqueeze(-1) * torch::relu(torch::matmul(qi.select(2, h), ki.transpose(1, 2)));
-  return score;
+  // all heads in one product: [B, T*HI, DI] x [B, DI, N], then ReLU and the heads' weighted sum in place
+  auto s = torch::matmul(qi.reshape({B, T * HI, DI}), ki.transpose(1, 2)).view({B, T, HI, ki.size(1)});
+  return s.relu_().mul_(w.unsqueeze(-1)).sum(2);  // [B, T, N]
 }
 
 // query: x -> W_qa -> RMSNorm -> W_qb, per-head RMS (V4 only), RoPE: [B, T, H, D]; *qa [B, T, q_rank]
