@@ -142,7 +142,8 @@ struct MixFn : torch::autograd::Function<MixFn> {
   }
 };
 
-void check_shapes(const char* what, const torch::Tensor& a, const torch::Tensor& e, const torch::Tensor& idx) {
+void check_shapes(const char* what, const torch::Tensor& a, const torch::Tensor& e,
+                  const torch::Tensor& idx) {
   PS_ASSERT(a.dim() == 4 && e.dim() == 3 && idx.dim() == 3 && a.size(0) == idx.size(0) &&
                 a.size(1) == idx.size(1) && e.size(0) == idx.size(0),
             std::string(what) + ": expects [B, T, H, X], entries [B, N, D] and picks [B, T, K]");
@@ -162,11 +163,13 @@ torch::Tensor gather_rows(const torch::Tensor& e, const torch::Tensor& idx) {
 
 }  // namespace
 
-torch::Tensor gathered_scores_reference(const torch::Tensor& q, const torch::Tensor& e, const torch::Tensor& idx) {
+torch::Tensor gathered_scores_reference(const torch::Tensor& q, const torch::Tensor& e,
+                                        const torch::Tensor& idx) {
   return torch::matmul(q, gather_rows(e, idx).transpose(-1, -2));  // [B, T, H, D] x [B, T, D, K]
 }
 
-torch::Tensor gathered_mix_reference(const torch::Tensor& p, const torch::Tensor& e, const torch::Tensor& idx) {
+torch::Tensor gathered_mix_reference(const torch::Tensor& p, const torch::Tensor& e,
+                                     const torch::Tensor& idx) {
   return torch::matmul(p, gather_rows(e, idx));  // [B, T, H, K] x [B, T, K, D]
 }
 

@@ -18,7 +18,9 @@ namespace phasescope {
 torch::Tensor gathered_scores(const torch::Tensor& q, const torch::Tensor& e, const torch::Tensor& idx);
 torch::Tensor gathered_mix(const torch::Tensor& p, const torch::Tensor& e, const torch::Tensor& idx);
 
-torch::Tensor gathered_scores_reference(const torch::Tensor& q, const torch::Tensor& e, const torch::Tensor& idx);
-torch::Tensor gathered_mix_reference(const torch::Tensor& p, const torch::Tensor& e, const torch::Tensor& idx);
+torch::Tensor gathered_scores_reference(const torch::Tensor& q, const torch::Tensor& e,
+                                        const torch::Tensor& idx);
+torch::Tensor gathered_mix_reference(const torch::Tensor& p, const torch::Tensor& e,
+                                     const torch::Tensor& idx);
 
 }  // namespace phasescope

@@ -1192,35 +1192,50 @@ StudyResult study_run(const StudyOptions& opt) {
     std::vector<size_t> todo;
     for (size_t i = 0; i < grid.runs.size(); ++i)
       if (int(i % size_t(opt.shard_n)) == opt.shard_k - 1) todo.push_back(i);
-    // expected wall time: the median wall time of the rows there are (trained on this grid's recipe),
-    // else a first guess per run; refined after every run this invocation finishes
-    std::vector<double> walls;
-    int to_run = 0;
+    // expected wall time: a run's cost grows with its steps x layers, so the rate is the median of
+    // wall_seconds / (steps x layers) over the rows there are (a first guess without rows), times each
+    // run's own steps x layers; refined after every run this invocation finishes
+    auto units = [&](const StudyRun& run) {
+      const Preset p = study_preset(run, grid.toy);
+      return double(std::max(1, p.train.steps)) * double(std::max<int64_t>(1, p.model.n_layers));
+    };
+    std::vector<double> rates;  // seconds per step and layer
     for (const StudyRun& run : grid.runs) {
       const std::string row_path = (fs::path(res.out) / "runs" / run.id() / "row.json").string();
       if (!fs::exists(row_path)) continue;
       const json row = json::parse(io_read_text(row_path, ""), nullptr, false);
-      if (!row.is_discarded() && row.contains("wall_seconds")) walls.push_back(num(row, "wall_seconds"));
+      if (!row.is_discarded() && row.contains("wall_seconds"))
+        rates.push_back(num(row, "wall_seconds") / units(run));
     }
-    for (size_t i : todo) {
-      const std::string row_path = (fs::path(res.out) / "runs" / grid.runs[i].id() / "row.json").string();
-      to_run += opt.fresh || !fs::exists(row_path);
+    double units_left = 0;
+    int to_run = 0;
+    std::vector<double> todo_units(todo.size(), 0.0);
+    for (size_t n = 0; n < todo.size(); ++n) {
+      const StudyRun& run = grid.runs[todo[n]];
+      const std::string row_path = (fs::path(res.out) / "runs" / run.id() / "row.json").string();
+      todo_units[n] = units(run);
+      if (opt.fresh || !fs::exists(row_path)) {
+        ++to_run;
+        units_left += todo_units[n];
+      }
     }
-    auto per_run = [&] {
-      if (walls.empty()) return grid.toy ? 20.0 : 600.0;
-      std::vector<double> w = walls;
-      std::nth_element(w.begin(), w.begin() + w.size() / 2, w.end());
-      return w[w.size() / 2];
+    auto rate = [&] {
+      if (rates.empty()) return grid.toy ? 20.0 / (40 * 2) : 600.0 / (2000 * 2);
+      std::vector<double> r = rates;
+      std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+      return r[r.size() / 2];
     };
     if (log)
-      *log << fmt::format("{} of this shard's {} runs to train; expected wall time ~{} ({} per run, {})\n",
-                          to_run, todo.size(), fmt_duration(to_run * per_run()), fmt_duration(per_run()),
-                          walls.empty() ? "first guess" : "median of the rows there are");
+      *log << fmt::format(
+          "{} of this shard's {} runs to train; expected wall time ~{} ({:.1f} ms per step and layer, {})\n",
+          to_run, todo.size(), fmt_duration(units_left * rate()), 1e3 * rate(),
+          rates.empty() ? "first guess" : "median of the rows there are");
     int done = 0, ran = 0;
     for (size_t i : todo) {
       const StudyRun& run = grid.runs[i];
       const std::string dir = (fs::path(res.out) / "runs" / run.id()).string();
       const std::string row_path = (fs::path(dir) / "row.json").string();
+      const double run_units = todo_units[size_t(done)];
       ++done;
       if (opt.fresh) fs::remove_all(dir);
       json old_row;
@@ -1264,7 +1279,8 @@ StudyResult study_run(const StudyOptions& opt) {
       }
       io_write_atomic(row_path, row.dump(1) + "\n");
       if (!upgrade) {
-        walls.push_back(wall);
+        rates.push_back(wall / run_units);
+        units_left -= run_units;
         ++ran;
       }
       if (log) {
@@ -1274,7 +1290,7 @@ StudyResult study_run(const StudyOptions& opt) {
             "    prefix: mean {} worst {} gap {} period {}; val loss {:.3f}; {:.0f} s; {} runs left, ETA "
             "{}\n",
             pct(num(p, "mean")), pct(num(p, "worst")), pct(num(p, "gap")), p["period"].get<int>(),
-            num(row, "val_loss"), wall, left, fmt_duration(std::max(0, left) * per_run()));
+            num(row, "val_loss"), wall, left, fmt_duration(std::max(0.0, units_left) * rate()));
         log->flush();
       }
     }
