@@ -237,7 +237,6 @@ int64_t HttpBackend::context_length() {
   context_known_ = true;
   if (opt_.max_context != 0) {
     context_ = opt_.max_context;
-    context_source_ = "--max-context";
     return context_;
   }
   // vLLM: /v1/models data[].max_model_len; llama-server: /props default_generation_settings.n_ctx

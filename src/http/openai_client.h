@@ -116,7 +116,6 @@ class HttpBackend : public Backend {
   std::mutex mu_;
   bool context_known_ = false;
   int64_t context_ = -1;
-  std::string context_source_;
   bool chat_known_ = false;
   std::pair<int64_t, int64_t> chat_{0, 0};
   std::unordered_map<std::string, int> id_cache_;  // token text -> id (TokenSource)
