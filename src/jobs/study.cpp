@@ -1125,6 +1125,18 @@ std::string fmt_duration(double seconds) {
   return fmt::format("{:.1f} h", seconds / 3600);
 }
 
+// The one reader of a run's row: runs/<id>/row.json under a study folder. Null when there is none (the
+// run has not finished); a row that does not parse fails with the fix (delete it: that run is redone).
+std::string row_path_of(const std::string& out, const std::string& id) {
+  return (fs::path(out) / "runs" / id / "row.json").string();
+}
+
+json row_read(const std::string& path) {
+  if (!fs::exists(path)) return nullptr;
+  const std::string fix = "delete " + path + " (that run is redone) or leave it out of --merge";
+  return json_parse_or_fail(io_read_text(path, fix), path, fix);
+}
+
 }  // namespace
 
 int study_merge_rows(const std::string& from, const std::string& out, const std::set<std::string>& ids,
@@ -1148,10 +1160,9 @@ int study_merge_rows(const std::string& from, const std::string& out, const std:
     const json j = json_parse_or_fail(text, row.string(), fix);
     if (!j.contains("id") || j["id"] != d.filename().string())
       fail(row.string(), "its id does not match its folder " + d.filename().string(), fix);
-    const fs::path dst = fs::path(out) / "runs" / d.filename() / "row.json";
+    const fs::path dst = row_path_of(out, d.filename().string());
     if (fs::exists(dst)) {
-      const json have = json::parse(io_read_text(dst.string(), ""), nullptr, false);
-      if (have != j && log)
+      if (row_read(dst.string()) != j && log)
         *log << fmt::format("merge: {} has a row here already; kept it, not the one in {}\n",
                             d.filename().string(), from);
       continue;
@@ -1206,10 +1217,8 @@ StudyResult study_run(const StudyOptions& opt) {
     };
     std::vector<double> rates;  // seconds per step and layer
     for (const StudyRun& run : grid.runs) {
-      const std::string row_path = (fs::path(res.out) / "runs" / run.id() / "row.json").string();
-      if (!fs::exists(row_path)) continue;
-      const json row = json::parse(io_read_text(row_path, ""), nullptr, false);
-      if (!row.is_discarded() && row.contains("wall_seconds"))
+      const json row = row_read(row_path_of(res.out, run.id()));
+      if (row.is_object() && row.contains("wall_seconds"))
         rates.push_back(num(row, "wall_seconds") / units(run));
     }
     double units_left = 0;
@@ -1217,9 +1226,8 @@ StudyResult study_run(const StudyOptions& opt) {
     std::vector<double> todo_units(todo.size(), 0.0);
     for (size_t n = 0; n < todo.size(); ++n) {
       const StudyRun& run = grid.runs[todo[n]];
-      const std::string row_path = (fs::path(res.out) / "runs" / run.id() / "row.json").string();
       todo_units[n] = units(run);
-      if (opt.fresh || !fs::exists(row_path)) {
+      if (opt.fresh || !fs::exists(row_path_of(res.out, run.id()))) {
         ++to_run;
         units_left += todo_units[n];
       }
@@ -1239,19 +1247,18 @@ StudyResult study_run(const StudyOptions& opt) {
     for (size_t i : todo) {
       const StudyRun& run = grid.runs[i];
       const std::string dir = (fs::path(res.out) / "runs" / run.id()).string();
-      const std::string row_path = (fs::path(dir) / "row.json").string();
+      const std::string row_path = row_path_of(res.out, run.id());
       const double run_units = todo_units[size_t(done)];
       ++done;
       if (opt.fresh) fs::remove_all(dir);
-      json old_row;
-      if (fs::exists(row_path)) {
-        old_row = json::parse(io_read_text(row_path, ""), nullptr, false);
-        if (!old_row.is_discarded() && row_min_samples(old_row) >= samples) {
+      const json old_row = row_read(row_path);
+      if (!old_row.is_null()) {
+        if (row_min_samples(old_row) >= samples) {
           if (log) *log << fmt::format("[{}/{}] {}: done (row.json)\n", done, todo.size(), run.id());
           continue;
         }
       }
-      const bool upgrade = !old_row.is_null() && !old_row.is_discarded();
+      const bool upgrade = !old_row.is_null();
       if (log) {
         *log << fmt::format("[{}/{}] {}: {} -> {}\n", done, todo.size(), run.id(),
                             upgrade
@@ -1305,13 +1312,11 @@ StudyResult study_run(const StudyOptions& opt) {
   std::vector<json> rows;
   json runs = json::array();
   for (const StudyRun& run : grid.runs) {
-    const std::string row_path = (fs::path(res.out) / "runs" / run.id() / "row.json").string();
-    if (!fs::exists(row_path)) {
+    json row = row_read(row_path_of(res.out, run.id()));
+    if (row.is_null()) {
       res.missing.push_back(run.id());
       continue;
     }
-    const std::string fix = "delete " + row_path + " and rerun the study (that run is redone)";
-    json row = json_parse_or_fail(io_read_text(row_path, fix), row_path, fix);
     for (const auto& [protocol, p] : row["protocols"].items()) {
       json r = p;
       r.erase("folded");
