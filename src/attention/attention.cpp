@@ -103,7 +103,10 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
 
   // queries in blocks: [B, Hkv, nb, G, L, D]
-  auto qp = torch::constant_pad_nd(q, {0, 0, 0, 0, 0, Tp - T});
+  // the 1/sqrt(D) scale on the queries (T x H x D values) rather than on the scores (T x H x keys): one
+  // score-sized temporary less, which is most of the peak memory of a long sequence; scaled once here for
+  // the raw and the entry products alike
+  auto qp = torch::constant_pad_nd(q * scale, {0, 0, 0, 0, 0, Tp - T});
   auto qb = qp.view({B, nb, L, Hkv, G, D}).permute({0, 3, 1, 4, 2, 5});
 
   // raw keys/values of the previous and current block: [B, Hkv, nb, KB*L, D]
@@ -122,9 +125,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   // products batch over (B, Hkv, nb) with the G heads' L queries stacked as rows: a few hundred
   // 64 x 32 products rather than thousands of 16 x 32 ones (libtorch's small-matrix bmm path
   // loops per batch and dominated the step)
-  // the 1/sqrt(D) scale on the queries (T x H x D values) rather than on the scores (T x H x keys): one
-  // score-sized temporary less, which is most of the peak memory of a long sequence
-  auto qf = qb.reshape({B, Hkv, nb, G * L, D}) * scale;  // [B, Hkv, nb, G*L, D]
+  auto qf = qb.reshape({B, Hkv, nb, G * L, D});  // [B, Hkv, nb, G*L, D], scaled
   auto s_raw = torch::matmul(qf, kw.transpose(-1, -2)).reshape({B, Hkv, nb, G, L, KB * L});
 
   // which raw key each query may see: [nb, L, KB*L] (broadcast over B, Hkv, G)
@@ -152,7 +153,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
     auto idx = torch::constant_pad_nd(entry_idx, {0, 0, 0, Tp - T}, -1);  // [B, Tp, K]
     auto valid = idx >= 0;
     sel = idx.clamp_min(0);
-    auto sc = gathered_scores(qp * scale, kc.squeeze(2), sel);  // [B, Tp, H, K]
+    auto sc = gathered_scores(qp, kc.squeeze(2), sel);  // [B, Tp, H, K]
     parts.push_back(sc.view({B, nb, L, 1, H, NE}).permute({0, 3, 1, 4, 2, 5}));
     masks.push_back(valid.view({B, 1, nb, 1, L, NE}).expand({B, 1, nb, H, L, NE}));
   } else if (N >
