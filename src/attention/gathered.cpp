@@ -39,24 +39,31 @@ inline T dot(const T* a, const T* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+// body(r, h, k, er) for every row r = b * T + t (rows in parallel), pick k and head h; er is the picked
+// entry's row of e [D]
+template <typename scalar_t, typename Body>
+void for_each_pick(const Dims& s, const scalar_t* pe, const int64_t* pi, const Body& body) {
+  at::parallel_for(0, s.B * s.T, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const scalar_t* eb = pe + (r / s.T) * s.N * s.D;
+      for (int64_t k = 0; k < s.K; ++k) {
+        const scalar_t* er = eb + pi[r * s.K + k] * s.D;
+        for (int64_t h = 0; h < s.H; ++h) body(r, h, k, er);
+      }
+    }
+  });
+}
+
 torch::Tensor dots(const torch::Tensor& a, const torch::Tensor& e, const torch::Tensor& idx) {
   const Dims s = dims_of(a, e, idx);
   auto out = torch::empty({s.B, s.T, s.H, s.K}, a.options());
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "gathered_dots", [&] {
-    const scalar_t *pa = a.data_ptr<scalar_t>(), *pe = e.data_ptr<scalar_t>();
-    const int64_t* pi = idx.data_ptr<int64_t>();
+    const scalar_t* pa = a.data_ptr<scalar_t>();
     scalar_t* po = out.data_ptr<scalar_t>();
-    at::parallel_for(0, s.B * s.T, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const scalar_t* eb = pe + (r / s.T) * s.N * s.D;
-        for (int64_t k = 0; k < s.K; ++k) {
-          const scalar_t* er = eb + pi[r * s.K + k] * s.D;
-          for (int64_t h = 0; h < s.H; ++h) {
-            po[(r * s.H + h) * s.K + k] = dot(pa + (r * s.H + h) * s.D, er, s.D);
-          }
-        }
-      }
-    });
+    for_each_pick(s, e.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(),
+                  [&](int64_t r, int64_t h, int64_t k, const scalar_t* er) {
+                    po[(r * s.H + h) * s.K + k] = dot(pa + (r * s.H + h) * s.D, er, s.D);
+                  });
   });
   return out;
 }
@@ -65,22 +72,14 @@ torch::Tensor combine(const torch::Tensor& w, const torch::Tensor& e, const torc
   const Dims s = dims_of(w, e, idx);
   auto out = torch::zeros({s.B, s.T, s.H, s.D}, w.options());
   AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "gathered_combine", [&] {
-    const scalar_t *pw = w.data_ptr<scalar_t>(), *pe = e.data_ptr<scalar_t>();
-    const int64_t* pi = idx.data_ptr<int64_t>();
+    const scalar_t* pw = w.data_ptr<scalar_t>();
     scalar_t* po = out.data_ptr<scalar_t>();
-    at::parallel_for(0, s.B * s.T, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const scalar_t* eb = pe + (r / s.T) * s.N * s.D;
-        for (int64_t k = 0; k < s.K; ++k) {
-          const scalar_t* er = eb + pi[r * s.K + k] * s.D;
-          for (int64_t h = 0; h < s.H; ++h) {
-            const scalar_t wk = pw[(r * s.H + h) * s.K + k];
-            scalar_t* orow = po + (r * s.H + h) * s.D;
-            for (int64_t d = 0; d < s.D; ++d) orow[d] += wk * er[d];
-          }
-        }
-      }
-    });
+    for_each_pick(s, e.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(),
+                  [&](int64_t r, int64_t h, int64_t k, const scalar_t* er) {
+                    const scalar_t wk = pw[(r * s.H + h) * s.K + k];
+                    scalar_t* orow = po + (r * s.H + h) * s.D;
+                    for (int64_t d = 0; d < s.D; ++d) orow[d] += wk * er[d];
+                  });
   });
   return out;
 }
