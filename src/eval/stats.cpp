@@ -214,9 +214,7 @@ PeriodResult stats_period(const std::vector<int64_t>& correct, const std::vector
 // ---------------------------------------------------------------------------------------------
 // the statistics of one journal
 
-namespace {
-
-double percentile(std::vector<double> v, double q) {
+double quantile(std::vector<double> v, double q) {
   v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
@@ -225,6 +223,8 @@ double percentile(std::vector<double> v, double q) {
   const double f = pos - double(i);
   return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
 }
+
+namespace {
 
 // mean / worst / best / gap over residues with n > 0 (NaN when none)
 struct Summary {
@@ -365,10 +365,10 @@ Stats stats_compute(const std::vector<JournalRecord>& records, const StatsOption
       bb.push_back(bs.best);
       bg.push_back(bs.gap);
     }
-    st.mean_ci = {percentile(bm, 0.025), percentile(bm, 0.975)};
-    st.worst_ci = {percentile(bw, 0.025), percentile(bw, 0.975)};
-    st.best_ci = {percentile(bb, 0.025), percentile(bb, 0.975)};
-    st.gap_ci = {percentile(bg, 0.025), percentile(bg, 0.975)};
+    st.mean_ci = {quantile(bm, 0.025), quantile(bm, 0.975)};
+    st.worst_ci = {quantile(bw, 0.025), quantile(bw, 0.975)};
+    st.best_ci = {quantile(bb, 0.025), quantile(bb, 0.975)};
+    st.gap_ci = {quantile(bg, 0.025), quantile(bg, 0.975)};
   }
 
   // the gap from noise alone: every residue at the pooled accuracy
@@ -388,7 +388,7 @@ Stats stats_compute(const std::vector<JournalRecord>& records, const StatsOption
     double sum = 0;
     for (double g : gaps) sum += g;
     st.gap_null_mean = sum / double(gaps.size());
-    st.gap_null_q95 = percentile(gaps, 0.95);
+    st.gap_null_q95 = quantile(gaps, 0.95);
   }
 
   // folded accuracy and the periodicity check

@@ -30,6 +30,10 @@ Interval wilson_interval(int64_t k, int64_t n, double z = kZ95);
 double gamma_p(double a, double x);
 double gamma_q(double a, double x);
 
+// The q-quantile of v (q in [0, 1]) with linear interpolation between order statistics, NaNs dropped;
+// NaN when nothing is left. quantile(v, 0.5) is the median.
+double quantile(std::vector<double> v, double q);
+
 // Upper tail of the chi-square distribution: P(X >= x) for df degrees of freedom = Q(df/2, x/2).
 double chi2_sf(double x, double df);
 

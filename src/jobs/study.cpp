@@ -566,12 +566,7 @@ json study_findings(const std::vector<json>& rows) {
   {  // (f) gate cycling
     // R^2 is unbounded below (a cycled profile unlike the shifted one scores -1000 or less), so runs and
     // conditions are summarized by medians: one outlier cannot decide the verdict
-    auto median = [](std::vector<double> v) {
-      if (v.empty()) return std::nan("");
-      std::sort(v.begin(), v.end());
-      const size_t n = v.size();
-      return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    };
+    auto median = [](const std::vector<double>& v) { return quantile(v, 0.5); };
     json figs = json::array();
     std::vector<double> run_r2;
     int conds = 0, boundary_weakest = 0;
@@ -1133,7 +1128,7 @@ std::string row_path_of(const std::string& out, const std::string& id) {
 
 json row_read(const std::string& path) {
   if (!fs::exists(path)) return nullptr;
-  const std::string fix = "delete " + path + " (that run is redone) or leave it out of --merge";
+  const std::string fix = "delete " + path + " (that run is redone)";
   return json_parse_or_fail(io_read_text(path, fix), path, fix);
 }
 
@@ -1211,32 +1206,27 @@ StudyResult study_run(const StudyOptions& opt) {
     // expected wall time: a run's cost grows with its steps x layers, so the rate is the median of
     // wall_seconds / (steps x layers) over the rows there are (a first guess without rows), times each
     // run's own steps x layers; refined after every run this invocation finishes
-    auto units = [&](const StudyRun& run) {
-      const Preset p = study_preset(run, grid.toy);
-      return double(std::max(1, p.train.steps)) * double(std::max<int64_t>(1, p.model.n_layers));
-    };
-    std::vector<double> rates;  // seconds per step and layer
+    std::vector<double> units;  // [grid.runs.size()] steps x layers of each run
     for (const StudyRun& run : grid.runs) {
-      const json row = row_read(row_path_of(res.out, run.id()));
+      const Preset p = study_preset(run, grid.toy);
+      units.push_back(double(std::max(1, p.train.steps)) * double(std::max<int64_t>(1, p.model.n_layers)));
+    }
+    std::vector<double> rates;  // seconds per step and layer
+    for (size_t i = 0; i < grid.runs.size(); ++i) {
+      const json row = row_read(row_path_of(res.out, grid.runs[i].id()));
       if (row.is_object() && row.contains("wall_seconds"))
-        rates.push_back(num(row, "wall_seconds") / units(run));
+        rates.push_back(num(row, "wall_seconds") / units[i]);
     }
     double units_left = 0;
     int to_run = 0;
-    std::vector<double> todo_units(todo.size(), 0.0);
-    for (size_t n = 0; n < todo.size(); ++n) {
-      const StudyRun& run = grid.runs[todo[n]];
-      todo_units[n] = units(run);
-      if (opt.fresh || !fs::exists(row_path_of(res.out, run.id()))) {
+    for (size_t i : todo)
+      if (opt.fresh || !fs::exists(row_path_of(res.out, grid.runs[i].id()))) {
         ++to_run;
-        units_left += todo_units[n];
+        units_left += units[i];
       }
-    }
     auto rate = [&] {
       if (rates.empty()) return grid.toy ? 20.0 / (40 * 2) : 600.0 / (2000 * 2);
-      std::vector<double> r = rates;
-      std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
-      return r[r.size() / 2];
+      return quantile(rates, 0.5);
     };
     if (log)
       *log << fmt::format(
@@ -1248,7 +1238,6 @@ StudyResult study_run(const StudyOptions& opt) {
       const StudyRun& run = grid.runs[i];
       const std::string dir = (fs::path(res.out) / "runs" / run.id()).string();
       const std::string row_path = row_path_of(res.out, run.id());
-      const double run_units = todo_units[size_t(done)];
       ++done;
       if (opt.fresh) fs::remove_all(dir);
       const json old_row = row_read(row_path);
@@ -1291,8 +1280,8 @@ StudyResult study_run(const StudyOptions& opt) {
       }
       io_write_atomic(row_path, row.dump(1) + "\n");
       if (!upgrade) {
-        rates.push_back(wall / run_units);
-        units_left -= run_units;
+        rates.push_back(wall / units[i]);
+        units_left -= units[i];
         ++ran;
       }
       if (log) {
