@@ -95,13 +95,26 @@ struct Cell {
 
 int main(int argc, char** argv) {
   fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
+  // --rounds R; --lengths 8192,... and --kinds dsv4-csa,... to time a subset (full attention, the
+  // reference of every ratio, always runs, first)
   int rounds = 5;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (std::string(argv[i]) == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+  std::vector<AttnKind> kinds = attn_all_kinds();
+  std::vector<int> lengths = {1024, 4096, 8192};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--rounds") rounds = std::max(1, std::atoi(value.c_str()));
+    if (flag == "--lengths") {
+      lengths.clear();
+      for (const auto& t : bench::split_list(value)) lengths.push_back(std::stoi(t));
+    }
+    if (flag == "--kinds") {
+      kinds = {AttnKind::Full};
+      for (const auto& n : bench::split_list(value))
+        if (n != "full") kinds.push_back(attn_kind_parse(n, "--kinds"));
+    }
+  }
   auto& tracker = bench::TrackingAllocator::install();
   const double sgemm_before = sgemm_gflops();
-  const std::vector<AttnKind> kinds = attn_all_kinds();
-  const std::vector<int> lengths = {1024, 4096, 8192};
   std::map<std::pair<int, int>, Cell> cells;  // (T, kind index)
   for (int T : lengths) {
     std::vector<Attention> mods;

@@ -2,9 +2,12 @@
 // every variant: outputs (fp64 to 1e-10 relative, fp32 to 1e-4 relative, several batch rows and
 // start positions) and gradients (autograd of the batched module vs central finite differences
 // of the reference, to 1e-6 relative).
+#include <cmath>
+#include <functional>
 #include <random>
 
 #include "attention/gathered.h"
+#include "attention/rowwise.h"
 #include "attention_testing.h"
 
 namespace phasescope::testing {
@@ -115,6 +118,94 @@ TEST(GatheredProducts, FastPathEqualsGatherThenMatmulWithItsGradients) {
     const char* names[] = {"scores", "mix", "dq", "dp", "de"};
     for (size_t i = 0; i < fast.size(); ++i)
       EXPECT_LT((fast[i] - ref[i]).abs().max().item<double>(), tol) << names[i] << " " << dtype;
+  }
+}
+
+// The indexer's one-pass selection against scores-then-top-k: the same picks (as sets: both are in no
+// particular order) for rows that see no entry, fewer than k, and more; with half the query heads
+// negative, so that ReLU zeroes whole rows of scores and exact ties at the k-th place are common (they
+// must go to the earlier entry), in fp64 and fp32.
+TEST(IndexerSelection, OnePassEqualsScoresThenTopK) {
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    torch::manual_seed(7);
+    const int64_t B = 2, T = 23, HI = 3, DI = 5, N = 17;
+    auto opt = torch::TensorOptions().dtype(dtype);
+    auto q = torch::randn({B, T, HI, DI}, opt), w = torch::rand({B, T, HI}, opt);
+    auto kI = torch::randn({B, N, DI}, opt);
+    kI.narrow(1, 0, 6).fill_(0);  // entries 0-5 score exactly 0 for every query: ties
+    auto n_vis = (torch::arange(T, torch::kInt64) - 3).clamp(0, N);  // 0 for the first rows, N at the end
+    // k = 4: the fast path bounds the k-th score by its groups' maxima; k = 5 (more than the groups of 8
+    // entries): every visible entry is a candidate
+    for (int64_t kk : {4, 5}) {
+      auto fast = index_select_topk(q, w, kI, n_vis, kk),
+           ref = index_select_topk_reference(q, w, kI, n_vis, kk);
+      ASSERT_EQ(fast.sizes(), ref.sizes());
+      EXPECT_TRUE(torch::equal(std::get<0>(fast.sort(-1)), std::get<0>(ref.sort(-1))))
+          << dtype << " k " << kk;
+    }
+    const int64_t k = 4;
+    int64_t tied_rows = 0;  // rows whose k-th place is an exact tie (the test's point), at least a few
+    auto score = index_scores(q, w, kI);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t n = n_vis[t].item<int64_t>();
+      if (n <= k) continue;
+      auto s = std::get<0>(score[0][t].narrow(0, 0, n).sort(0, /*descending=*/true));
+      tied_rows += s[k - 1].item<double>() == s[k].item<double>();
+    }
+    EXPECT_GE(tied_rows, 2) << dtype;
+  }
+}
+
+// RMSNorm and RoPE (attention/rowwise.h): the fast loops against the readable tensor-op references,
+// values and the gradients of x (and of the norm's weight), fp64 and fp32; RMSNorm with and without a
+// weight on a non-contiguous input, RoPE on all and on part of the head dims, rotating forward and back
+// at positions that do not start at 0.
+TEST(RowwiseKernels, FastPathsEqualTheReferencesWithTheirGradients) {
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-5;
+    torch::manual_seed(6);
+    auto opt = torch::TensorOptions().dtype(dtype);
+    const int64_t B = 2, T = 11, H = 3, D = 12;
+    auto x = torch::randn({B, H, T, D}, opt).transpose(1, 2);  // [B, T, H, D], not contiguous
+    auto g = torch::randn({B, T, H, D}, opt);
+    auto w = torch::randn({D}, opt);
+    auto pos = torch::arange(5, 5 + T, torch::kInt64);
+    auto grads_of = [&](const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& f) {
+      auto x1 = x.detach().clone().requires_grad_(true), w1 = w.clone().requires_grad_(true);
+      auto y = f(x1, w1);
+      (y * g).sum().backward();
+      return std::vector<torch::Tensor>{y.detach(), x1.grad(),
+                                        w1.grad().defined() ? w1.grad() : torch::zeros_like(w)};
+    };
+    auto expect_equal = [&](const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
+                            const std::string& what) {
+      const char* names[] = {"value", "dx", "dw"};
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_LT((a[i] - b[i]).abs().max().item<double>(), tol) << what << " " << names[i] << " " << dtype;
+    };
+    for (bool weighted : {true, false}) {
+      auto wt = [&](const torch::Tensor& w1) { return weighted ? w1 : torch::Tensor(); };
+      expect_equal(grads_of([&](const torch::Tensor& a, const torch::Tensor& w1) {
+                     return rms_norm(a, wt(w1), 1e-6);
+                   }),
+                   grads_of([&](const torch::Tensor& a, const torch::Tensor& w1) {
+                     return rms_norm_reference(a, wt(w1), 1e-6);
+                   }),
+                   weighted ? "rms_norm with weight" : "rms_norm");
+    }
+    for (int half : {2, 6})
+      for (int sign : {1, -1}) {
+        std::vector<double> inv;
+        for (int i = 0; i < half; ++i) inv.push_back(std::pow(10000.0, -2.0 * i / (2 * half)));
+        const std::string what = "rope " + std::to_string(2 * half) + " dims, sign " + std::to_string(sign);
+        expect_equal(grads_of([&](const torch::Tensor& a, const torch::Tensor&) {
+                       return rope_apply(a, pos, inv, sign);
+                     }),
+                     grads_of([&](const torch::Tensor& a, const torch::Tensor&) {
+                       return rope_apply_reference(a, pos, inv, sign);
+                     }),
+                     what);
+      }
   }
 }
 

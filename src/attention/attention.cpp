@@ -15,27 +15,6 @@ using torch::indexing::Slice;
 // ---------------------------------------------------------------------------------------------
 // Building blocks
 
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  auto y = x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight.defined() ? y * weight : y;
-}
-
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos,
-                         const std::vector<double>& inv_freq_v, int sign) {
-  const int64_t half = int64_t(inv_freq_v.size()), dims = 2 * half, Dh = x.size(-1);
-  if (dims == 0) return x;
-  auto dopt = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
-  auto inv_freq = torch::tensor(inv_freq_v, dopt);                              // [half]
-  auto ang = pos.to(dopt).unsqueeze(1) * inv_freq.unsqueeze(0) * double(sign);  // [T, half]
-  auto cos = ang.cos().to(x.dtype()).view({1, -1, 1, half});
-  auto sin = ang.sin().to(x.dtype()).view({1, -1, 1, half});
-  auto rot = x.narrow(-1, Dh - dims, dims).unflatten(-1, {half, 2});  // [B, T, h, half, 2]
-  auto a = rot.select(-1, 0), b = rot.select(-1, 1);
-  auto out = torch::stack({a * cos - b * sin, a * sin + b * cos}, -1).flatten(-2);  // [B, T, h, dims]
-  if (dims == Dh) return out;
-  return torch::cat({x.narrow(-1, 0, Dh - dims), out}, -1);
-}
-
 namespace {
 
 torch::Tensor matmul_wt(const torch::Tensor& x, const torch::Tensor& w) { return torch::matmul(x, w.t()); }
@@ -84,6 +63,60 @@ struct LocalSpec {
   torch::Tensor cover_end;  // tail mode: [T] int64, a raw key must have position > cover_end[q]
 };
 
+// joint_attention's per-query path: one KV head, raw tokens a sliding window of w >= 1 (t-w, t], and
+// entries none or picked per query (an indexer's entry_idx [B, T, K], -1 = none). Every part of the
+// softmax is laid out [B, T, H, X] and both raw products go through the gathered kernels with the picks
+// t-w+1+i: w products per query where the blocked path runs 2L masked ones, and no block padding or
+// permutes (the entry part is already per query). The DeepSeek window-only and CSA layers take it.
+//   q [B, T, H, D] (scaled), k, v [B, T, D] raw keys and values, kc, vc [B, N, D] or undefined, sink [H]
+//   or undefined. Returns [B, T, H, D].
+torch::Tensor per_query_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const torch::Tensor& kc, const torch::Tensor& vc,
+                                  const torch::Tensor& entry_idx, int64_t window, const torch::Tensor& sink,
+                                  AttnTrace* trace) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), w = std::min<int64_t>(window, T);
+  const int64_t N = kc.defined() ? kc.size(1) : 0, K = N > 0 ? entry_idx.size(2) : 0;
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  // raw pick i of query t is token t - w + 1 + i: [T, w]; before the sequence's start it is masked
+  auto ri = torch::arange(T, iopt).view({T, 1}) - (w - 1) + torch::arange(w, iopt).view({1, w});
+  auto raw_ok = (ri >= 0).view({1, T, 1, w});
+  auto rsel = ri.clamp_min(0).unsqueeze(0).expand({B, T, w}).contiguous();  // [B, T, w]
+  std::vector<torch::Tensor> parts = {gathered_scores(q, k, rsel)};         // [B, T, H, w]
+  std::vector<torch::Tensor> masks = {raw_ok};
+  torch::Tensor sel;  // [B, T, K], unpicked slots clamped to entry 0 and masked
+  if (N > 0) {
+    sel = entry_idx.clamp_min(0);
+    parts.push_back(gathered_scores(q, kc, sel));  // [B, T, H, K]
+    masks.push_back((entry_idx >= 0).unsqueeze(2));
+  }
+  if (sink.defined()) {
+    parts.push_back(sink.view({1, 1, H, 1}).expand({B, T, H, 1}));
+    masks.push_back(torch::ones({1, 1, 1, 1}, iopt.dtype(torch::kBool)));
+  }
+  auto p = joint_softmax(std::move(parts), std::move(masks), /*never_empty=*/true);  // the query sees itself
+  const int64_t n_rest = p.size(-1) - w - K;
+  std::vector<int64_t> sizes = {w};
+  if (K > 0) sizes.push_back(K);
+  if (n_rest > 0) sizes.push_back(n_rest);
+  auto p_parts = p.split_with_sizes(sizes, -1);
+  auto o = gathered_mix(p_parts[0], v, rsel);  // [B, T, H, D]
+  if (K > 0) o = o + gathered_mix(p_parts[1], vc, sel);
+
+  if (trace && trace->probs) {
+    if (N > 0) {                                            // back to one column per entry: [B, H, T, N]
+      auto ps = p_parts[1].detach().permute({0, 2, 1, 3});  // [B, H, T, K]
+      auto ok = (entry_idx >= 0).unsqueeze(1).expand({B, H, T, K}).to(ps.dtype());
+      trace->entry_prob = torch::zeros({B, H, T, N}, q.options())
+                              .scatter_add_(3, sel.unsqueeze(1).expand({B, H, T, K}), ps * ok);
+    }
+    auto pr = p_parts[0].detach().permute({0, 2, 1, 3});  // [B, H, T, w]
+    trace->raw_prob = torch::zeros({B, H, T, T}, q.options())
+                          .scatter_add_(3, rsel.unsqueeze(1).expand({B, H, T, w}),
+                                        pr * raw_ok.view({1, 1, T, w}).to(pr.dtype()));
+  }
+  return o;
+}
+
 // One joint softmax over raw tokens (block-local), compressed entries and the sink.
 //   q:  [B, T, H, D]        k, v: [B, T, Hkv, D]      (raw tokens at pos0 + t)
 //   kc, vc: [B, N, Hkv, D]  entry_last: [N] int64      (entry n visible to p iff entry_last[n] <= p)
@@ -101,6 +134,12 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   const int64_t N = kc.defined() ? kc.size(1) : 0;
   const double scale = 1.0 / std::sqrt(double(D));
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  if (Hkv == 1 && !local.all && !local.cover_end.defined() && local.window >= 1 &&
+      (N == 0 || entry_idx.defined())) {
+    const bool e = N > 0;
+    return per_query_attention(q * scale, k.squeeze(2), v.squeeze(2), e ? kc.squeeze(2) : torch::Tensor(),
+                               e ? vc.squeeze(2) : torch::Tensor(), entry_idx, local.window, sink, trace);
+  }
 
   // queries in blocks: [B, Hkv, nb, G, L, D]
   // the 1/sqrt(D) scale on the queries (T x H x D values) rather than on the scores (T x H x keys): one
@@ -612,47 +651,19 @@ static torch::Tensor ds_compress(AttentionImpl& mod, const AttnConfig& c, const 
   return rope_apply(pooled, jj * m, attn_rope_inv_freq(c, rope_dims));
 }
 
-// The indexer's selection: of the visible entries (vis, broadcast to score [B, T, N]; score is -inf where
-// not visible), the k with the highest scores, ties to the earlier entry; all visible ones when fewer.
-// One partial top-k gives the k-th score; only ties at it in entry order need more. O(T N) where a full
-// sort of every row was O(T N log N). Returns the picks [B, T, min(k, N)] in no particular order, -1 past
-// the picked ones (fewer visible than k). forward and decode.
-static torch::Tensor ds_topk_select(const torch::Tensor& score, const torch::Tensor& vis, int64_t k) {
-  const int64_t N = score.size(-1), kk = std::min<int64_t>(k, N);
-  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(score.device());
-  auto [top, idx] = score.topk(kk, -1, /*largest=*/true, /*sorted=*/false);  // [B, T, kk]
-  auto thr = top.amin(-1, true);                                             // the k-th score, [B, T, 1]
-  auto above = (score > thr) & vis;
-  auto ties = (score == thr) & vis;
-  auto n_above = above.sum(-1, true), n_ties = ties.sum(-1, true);
-  auto out = idx.masked_fill(vis.expand_as(score).gather(-1, idx).logical_not(), -1);  // [B, T, kk]
-  auto straddle = (n_above + n_ties > kk).flatten();  // rows where ties straddle the k-th place, [B*T]
-  if (!straddle.any().item<bool>()) return out;       // everywhere else top-k's set is the answer
-  // in those rows only, the earliest ties fill the places left
-  auto rows = straddle.nonzero().squeeze(1);  // [R]
-  auto pick_rows = [&](const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}).index_select(0, rows); };
-  auto tr = pick_rows(ties), left = pick_rows(kk - n_above);  // [R, N], [R, 1]
-  auto mask = pick_rows(above) | (tr & (tr.cumsum(-1, torch::kInt32) <= left));
-  auto rank = torch::where(mask, (N - torch::arange(N, iopt)).to(torch::kInt32), 0);  // picked: N - j > 0
-  auto picks = std::get<1>(rank.topk(kk, -1));                                        // [R, kk]
-  picks = picks.masked_fill(mask.gather(-1, picks).logical_not(), -1);
-  return out.view({-1, kk}).index_copy(0, rows, picks).view_as(out);
-}
-
-// The indexer's scores I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j) of queries at positions pos [T]
-// (qa [B, T, q_rank], x [B, T, d]) against indexer keys ki [B, N, DI]: [B, T, N]. forward and decode.
-static torch::Tensor ds_index_scores(AttentionImpl& mod, const AttnConfig& c, const torch::Tensor& qa,
-                                     const torch::Tensor& x, const torch::Tensor& pos,
-                                     const torch::Tensor& ki) {
-  torch::NoGradGuard no_grad;  // a selection score, never differentiated: the in-place steps below are safe
+// The indexer's queries at positions pos [T] (qa [B, T, q_rank], x [B, T, d]): qI [B, T, HI, DI]
+// (rotated) and the head weights w [B, T, HI] (scaled), for I(t, j) = sum_h w_h(t) ReLU(qI_h(t) . kI_j)
+// (gathered.h: index_select_topk, index_scores). forward and decode.
+static std::pair<torch::Tensor, torch::Tensor> ds_index_queries(AttentionImpl& mod, const AttnConfig& c,
+                                                                const torch::Tensor& qa,
+                                                                const torch::Tensor& x,
+                                                                const torch::Tensor& pos) {
+  torch::NoGradGuard no_grad;  // a selection, never differentiated
   const int64_t B = x.size(0), T = x.size(1), HI = c.index_heads, DI = c.index_dim;
   auto qi = rope_apply(matmul_wt(qa, mod.param("idx_wq_b")).view({B, T, HI, DI}), pos,
                        attn_rope_inv_freq(c, attn_index_rope_dims(c)));  // [B, T, HI, DI]
-  auto w = matmul_wt(x, mod.param("idx_ww")) *
-           (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));  // [B, T, HI]
-  // all heads in one product: [B, T*HI, DI] x [B, DI, N], then ReLU and the heads' weighted sum in place
-  auto s = torch::matmul(qi.reshape({B, T * HI, DI}), ki.transpose(1, 2)).view({B, T, HI, ki.size(1)});
-  return s.relu_().mul_(w.unsqueeze(-1)).sum(2);  // [B, T, N]
+  auto w = matmul_wt(x, mod.param("idx_ww")) * (1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));
+  return {qi, w};
 }
 
 // query: x -> W_qa -> RMSNorm -> W_qb, per-head RMS (V4 only), RoPE: [B, T, H, D]; *qa [B, T, q_rank]
@@ -699,30 +710,15 @@ torch::Tensor AttentionImpl::forward_ds(const torch::Tensor& x, int64_t pos0, At
       auto ki = ds_compress(*this, c, x, pos0, "idx_comp_", c.index_dim, attn_index_rope_dims(c), nullptr)
                     .squeeze(2);   // [B, N, DI]
       torch::NoGradGuard no_grad;  // the selection is discrete; the LM loss does not train the indexer
-      const int64_t kk = std::min<int64_t>(c.index_topk, N);
-      // in blocks of queries, each scored only against the entries its last query can see (causal: half
-      // the T x N scores), a block's scores small enough to stay in cache; one block when traced, whose
-      // scores the trace keeps: entry_idx [B, T, kk]
-      const int64_t Q = trace ? T : std::max<int64_t>(64, (int64_t(1) << 20) / std::max<int64_t>(1, B * N));
-      std::vector<torch::Tensor> parts;
-      torch::Tensor score, vis;  // of the last block
-      for (int64_t t0 = 0; t0 < T; t0 += Q) {
-        const int64_t n = std::min(Q, T - t0);
-        auto pb = pos.narrow(0, t0, n);
-        const int64_t Nb = (entry_last <= pos0 + t0 + n - 1).sum().item<int64_t>();  // a prefix of entries
-        if (Nb == 0) {
-          parts.push_back(torch::full({B, n, kk}, -1, iopt));
-          continue;
-        }
-        vis = entry_last.narrow(0, 0, Nb).view({1, Nb}) <= pb.view({n, 1});  // [n, Nb]
-        score = ds_index_scores(*this, c, qa.narrow(1, t0, n), x.narrow(1, t0, n), pb, ki.narrow(1, 0, Nb))
-                    .masked_fill(vis.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-        auto sel = ds_topk_select(score, vis.unsqueeze(0), c.index_topk);  // [B, n, min(k, Nb)]
-        if (sel.size(2) < kk) sel = torch::cat({sel, torch::full({B, n, kk - sel.size(2)}, -1, iopt)}, 2);
-        parts.push_back(sel);
-      }
-      entry_idx = torch::cat(parts, 1);
-      if (trace) {  // one block: T queries against all N entries (the last query sees every entry)
+      auto [qi, w] = ds_index_queries(*this, c, qa, x, pos);
+      // entries are visible in order (entry_last ascends): query t sees the first n_vis[t] of them
+      auto n_vis = torch::searchsorted(entry_last, pos, /*out_int32=*/false, /*right=*/true);  // [T]
+      entry_idx = index_select_topk(qi, w, ki, n_vis, c.index_topk);  // [B, T, min(k, N)]
+      if (trace) {  // the scores of every query against every entry, -inf where not visible
+        auto vis = torch::arange(N, iopt).view({1, N}) < n_vis.view({T, 1});  // [T, N]
+        auto score = index_scores(qi, w, ki).masked_fill(vis.logical_not().unsqueeze(0),
+                                                         -std::numeric_limits<double>::infinity());
+        const int64_t kk = std::min<int64_t>(c.index_topk, N);
         auto order =
             std::get<1>(torch::sort(score, /*stable=*/true, /*dim=*/-1, /*descending=*/true));  // [B, T, N]
         auto keep = torch::clamp_max(vis.sum(-1), c.index_topk);                                // [T]
@@ -889,8 +885,8 @@ torch::Tensor AttentionImpl::decode_ds(const torch::Tensor& x, AttnCache* cache)
     auto sc = torch::matmul(qg, C.kc.permute({0, 2, 3, 1})) * scale;  // [B, 1, H, N]
     if (c.index_topk > 0 && N > c.index_topk) {
       torch::NoGradGuard no_grad;
-      auto score = ds_index_scores(*this, c, qa, x, pos, C.ki);  // [B, 1, N], every entry visible
-      auto picks = ds_topk_select(score, torch::ones_like(score, iopt.dtype(torch::kBool)), c.index_topk);
+      auto [qi, w] = ds_index_queries(*this, c, qa, x, pos);
+      auto picks = index_select_topk(qi, w, C.ki, torch::full({1}, N, iopt), c.index_topk);  // [B, 1, k]
       auto picked =
           torch::zeros({B, 1, N}, iopt.dtype(torch::kBool)).scatter(-1, picks, true);  // k < N: all valid
       sc = sc.masked_fill(picked.logical_not().view({B, 1, 1, N}), -std::numeric_limits<double>::infinity());

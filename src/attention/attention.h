@@ -15,6 +15,7 @@
 
 #include "attention/config.h"
 #include "attention/reference.h"
+#include "attention/rowwise.h"
 
 namespace phasescope {
 
@@ -141,13 +142,6 @@ void attention_randomize(AttentionImpl& module);
 // ---------------------------------------------------------------------------------------------
 // Building blocks, exposed for the model and for tests.
 
-// RMSNorm over the last dim; weight may be undefined (no learned scale).
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
-
-// RoPE on the last dims = 2 * inv_freq.size() channels of x [B, T, heads, Dh], interleaved pairs,
-// at positions pos [T] (absolute, int64), angle pos * inv_freq[i] (attn_rope_inv_freq); sign = -1
-// rotates back (DeepSeek's output de-rotation).
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos,
-                         const std::vector<double>& inv_freq, int sign = 1);
+// RMSNorm and RoPE: attention/rowwise.h (included above).
 
 }  // namespace phasescope

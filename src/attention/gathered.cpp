@@ -9,6 +9,12 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <utility>
+#include <vector>
+
 #include "core/check.h"
 
 namespace phasescope {
@@ -161,6 +167,162 @@ torch::Tensor gather_rows(const torch::Tensor& e, const torch::Tensor& idx) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The indexer's selection
+
+torch::Tensor index_scores(const torch::Tensor& q, const torch::Tensor& w, const torch::Tensor& k) {
+  torch::NoGradGuard no_grad;  // a selection score, never differentiated: the in-place steps below are safe
+  const int64_t B = q.size(0), T = q.size(1), HI = q.size(2), DI = q.size(3);
+  // all heads in one product: [B, T*HI, DI] x [B, DI, N], then ReLU and the heads' weighted sum in place
+  auto s = torch::matmul(q.reshape({B, T * HI, DI}), k.transpose(1, 2)).view({B, T, HI, k.size(1)});
+  return s.relu_().mul_(w.unsqueeze(-1)).sum(2);  // [B, T, N]
+}
+
+torch::Tensor topk_earliest_ties(const torch::Tensor& score, const torch::Tensor& vis, int64_t k) {
+  const int64_t N = score.size(-1), kk = std::min<int64_t>(k, N);
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(score.device());
+  auto [top, idx] = score.topk(kk, -1, /*largest=*/true, /*sorted=*/false);  // [B, T, kk]
+  auto thr = top.amin(-1, true);                                             // the k-th score, [B, T, 1]
+  auto above = (score > thr) & vis;
+  auto ties = (score == thr) & vis;
+  auto n_above = above.sum(-1, true), n_ties = ties.sum(-1, true);
+  auto out = idx.masked_fill(vis.expand_as(score).gather(-1, idx).logical_not(), -1);  // [B, T, kk]
+  auto straddle = (n_above + n_ties > kk).flatten();  // rows where ties straddle the k-th place, [B*T]
+  if (!straddle.any().item<bool>()) return out;       // everywhere else top-k's set is the answer
+  // in those rows only, the earliest ties fill the places left
+  auto rows = straddle.nonzero().squeeze(1);  // [R]
+  auto pick_rows = [&](const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}).index_select(0, rows); };
+  auto tr = pick_rows(ties), left = pick_rows(kk - n_above);  // [R, N], [R, 1]
+  auto mask = pick_rows(above) | (tr & (tr.cumsum(-1, torch::kInt32) <= left));
+  auto rank = torch::where(mask, (N - torch::arange(N, iopt)).to(torch::kInt32), 0);  // picked: N - j > 0
+  auto picks = std::get<1>(rank.topk(kk, -1));                                        // [R, kk]
+  picks = picks.masked_fill(mask.gather(-1, picks).logical_not(), -1);
+  return out.view({-1, kk}).index_copy(0, rows, picks).view_as(out);
+}
+
+torch::Tensor index_select_topk_reference(const torch::Tensor& q, const torch::Tensor& w,
+                                          const torch::Tensor& k, const torch::Tensor& n_vis, int64_t topk) {
+  torch::NoGradGuard no_grad;
+  const int64_t T = q.size(1), N = k.size(1);
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  auto vis = torch::arange(N, iopt).view({1, N}) < n_vis.to(q.device()).view({T, 1});  // [T, N]
+  auto score = index_scores(q, w, k).masked_fill(vis.logical_not().unsqueeze(0),
+                                                 -std::numeric_limits<double>::infinity());  // [B, T, N]
+  return topk_earliest_ties(score, vis.unsqueeze(0), topk);
+}
+
+namespace {
+
+constexpr int64_t kIndexBlock = 32;  // entries scored together, their dot products in registers
+constexpr int64_t kIndexGroup = 8;   // entries per group whose maximum bounds the k-th score
+
+// Scratch of one thread's rows.
+template <typename T>
+struct IndexScratch {
+  std::vector<T> score, gmax;                     // [Np], [Np / kIndexGroup]
+  std::vector<std::pair<T, int64_t>> candidates;  // (score, entry)
+};
+
+// One query row of index_select_topk with n > kk visible entries: q [HI, DI], w [HI], kt [DI, Np] (the
+// keys transposed, zero-padded to whole blocks); the picks go to out [kk].
+//  1. scores, kIndexBlock entries at a time; entries from n on get -inf;
+//  2. a lower bound L on the k-th score: the kk-th largest of the groups' maxima (kk of the entries reach
+//     it), or -inf when there are fewer than kk groups;
+//  3. the entries scoring >= L (every entry of the answer, ties at the k-th score included, in entry
+//     order), of which the kk best by (score, earlier entry).
+template <typename T>
+[[gnu::always_inline]] inline void index_row_impl(const T* q, const T* w, const T* kt, int64_t Np, int64_t HI,
+                                                  int64_t DI, int64_t n, int64_t kk, IndexScratch<T>& s,
+                                                  int64_t* out) {
+  const int64_t nb = (n + kIndexBlock - 1) / kIndexBlock * kIndexBlock;
+  for (int64_t j0 = 0; j0 < nb; j0 += kIndexBlock) {
+    T sc[kIndexBlock] = {};
+    for (int64_t h = 0; h < HI; ++h) {
+      T a[kIndexBlock] = {};
+      for (int64_t d = 0; d < DI; ++d) {  // a[jj] = q_h . k[j0 + jj]
+        const T c = q[h * DI + d];
+        const T* kd = kt + d * Np + j0;
+        for (int64_t jj = 0; jj < kIndexBlock; ++jj) a[jj] += c * kd[jj];
+      }
+      const T wh = w[h];
+      for (int64_t jj = 0; jj < kIndexBlock; ++jj) sc[jj] += wh * std::max(a[jj], T(0));
+    }
+    std::copy(sc, sc + kIndexBlock, s.score.begin() + j0);
+  }
+  const T ninf = -std::numeric_limits<T>::infinity();
+  std::fill(s.score.begin() + n, s.score.begin() + nb, ninf);
+  const int64_t ng = nb / kIndexGroup;
+  T bound = ninf;
+  if (ng >= kk) {
+    for (int64_t g = 0; g < ng; ++g)
+      s.gmax[size_t(g)] =
+          *std::max_element(s.score.begin() + g * kIndexGroup, s.score.begin() + (g + 1) * kIndexGroup);
+    std::nth_element(s.gmax.begin(), s.gmax.begin() + (kk - 1), s.gmax.begin() + ng, std::greater<T>());
+    bound = s.gmax[size_t(kk - 1)];
+  }
+  s.candidates.clear();
+  for (int64_t j = 0; j < n; ++j)
+    if (s.score[size_t(j)] >= bound) s.candidates.emplace_back(s.score[size_t(j)], j);
+  const auto better = [](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::nth_element(s.candidates.begin(), s.candidates.begin() + (kk - 1), s.candidates.end(), better);
+  for (int64_t i = 0; i < kk; ++i) out[i] = s.candidates[size_t(i)].second;
+}
+
+// compiled for AVX-512, AVX2 + FMA and the baseline; the loader picks what this CPU runs
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void index_row(
+    const float* q, const float* w, const float* kt, int64_t Np, int64_t HI, int64_t DI, int64_t n,
+    int64_t kk, IndexScratch<float>& s, int64_t* out) {
+  index_row_impl(q, w, kt, Np, HI, DI, n, kk, s, out);
+}
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void index_row(
+    const double* q, const double* w, const double* kt, int64_t Np, int64_t HI, int64_t DI, int64_t n,
+    int64_t kk, IndexScratch<double>& s, int64_t* out) {
+  index_row_impl(q, w, kt, Np, HI, DI, n, kk, s, out);
+}
+
+}  // namespace
+
+torch::Tensor index_select_topk(const torch::Tensor& q, const torch::Tensor& w, const torch::Tensor& k,
+                                const torch::Tensor& n_vis, int64_t topk) {
+  const int64_t B = q.size(0), T = q.size(1), HI = q.size(2), DI = q.size(3), N = k.size(1);
+  PS_ASSERT(q.dim() == 4 && w.dim() == 3 && k.dim() == 3 && w.size(0) == B && w.size(1) == T &&
+                w.size(2) == HI && k.size(0) == B && k.size(2) == DI && n_vis.numel() == T,
+            "index_select_topk: expects q [B, T, HI, DI], w [B, T, HI], k [B, N, DI] and n_vis [T]");
+  if (!fast_path(q, k) || w.scalar_type() != q.scalar_type() || !w.device().is_cpu())
+    return index_select_topk_reference(q, w, k, n_vis, topk);
+  torch::NoGradGuard no_grad;
+  const int64_t kk = std::min<int64_t>(topk, N);
+  auto out = torch::full({B, T, kk}, -1, torch::TensorOptions().dtype(torch::kInt64));
+  if (kk == 0) return out;
+  const int64_t Np = (N + kIndexBlock - 1) / kIndexBlock * kIndexBlock;
+  auto qc = q.contiguous(), wc = w.contiguous();
+  auto kt = torch::constant_pad_nd(k.transpose(1, 2), {0, Np - N}).contiguous();  // [B, DI, Np]
+  auto nv = n_vis.to(torch::kCPU, torch::kInt64).contiguous();
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "index_select_topk", [&] {
+    const scalar_t *pq = qc.data_ptr<scalar_t>(), *pw = wc.data_ptr<scalar_t>(),
+                   *pk = kt.data_ptr<scalar_t>();
+    const int64_t* pn = nv.data_ptr<int64_t>();
+    int64_t* po = out.data_ptr<int64_t>();
+    at::parallel_for(0, B * T, 16, [&](int64_t r0, int64_t r1) {
+      IndexScratch<scalar_t> s;
+      s.score.resize(size_t(Np));
+      s.gmax.resize(size_t(Np / kIndexGroup));
+      for (int64_t r = r0; r < r1; ++r) {  // row r = b * T + t
+        const int64_t b = r / T, t = r % T, n = std::min(pn[t], N);
+        int64_t* o = po + r * kk;
+        if (n <= kk) {  // every visible entry
+          for (int64_t j = 0; j < n; ++j) o[j] = j;
+          continue;
+        }
+        index_row(pq + r * HI * DI, pw + r * HI, pk + b * DI * Np, Np, HI, DI, n, kk, s, o);
+      }
+    });
+  });
+  return out.to(q.device());
+}
 
 torch::Tensor gathered_scores_reference(const torch::Tensor& q, const torch::Tensor& e,
                                         const torch::Tensor& idx) {
