@@ -49,18 +49,21 @@ bool fast_dtype(const torch::Tensor& x) {
 
 // cos and sin of the angles sign * pos[t] * inv_freq[i], computed in double (libtorch's vectorized cos /
 // sin, as the reference) and stored in x's dtype: [T, half] each
-std::pair<torch::Tensor, torch::Tensor> rope_tables(const torch::Tensor& pos, const std::vector<double>& inv_freq,
-                                                    int sign, torch::ScalarType dtype) {
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const torch::Tensor& pos,
+                                                    const std::vector<double>& inv_freq, int sign,
+                                                    torch::ScalarType dtype) {
   auto dopt = torch::TensorOptions().dtype(torch::kFloat64);
-  auto ang = pos.to(torch::kCPU).to(torch::kFloat64).unsqueeze(1) * torch::tensor(inv_freq, dopt).unsqueeze(0) *
-             double(sign);  // [T, half]
+  auto ang = pos.to(torch::kCPU).to(torch::kFloat64).unsqueeze(1) *
+             torch::tensor(inv_freq, dopt).unsqueeze(0) * double(sign);  // [T, half]
   return {ang.cos().to(dtype).contiguous(), ang.sin().to(dtype).contiguous()};
 }
 
 // y = x with each row's last 2*half channels rotated: x, y [B, T, h, Dh] contiguous, cs / sn [T, half];
 // backward = true rotates by the negated angles (the transpose)
-torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cs, const torch::Tensor& sn, bool backward) {
-  const int64_t T = x.size(1), rows_per_t = x.size(2), Dh = x.size(3), half = cs.size(1), keep = Dh - 2 * half;
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cs, const torch::Tensor& sn,
+                     bool backward) {
+  const int64_t T = x.size(1), rows_per_t = x.size(2), Dh = x.size(3), half = cs.size(1),
+                keep = Dh - 2 * half;
   auto y = torch::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rope_rotate", [&] {
     const scalar_t *px = x.data_ptr<scalar_t>(), *pc = cs.data_ptr<scalar_t>(), *ps = sn.data_ptr<scalar_t>();
@@ -92,7 +95,8 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     auto saved = ctx->get_saved_variables();
-    return {rotate(g[0].contiguous(), saved[0], saved[1], /*backward=*/true), torch::Tensor(), torch::Tensor()};
+    return {rotate(g[0].contiguous(), saved[0], saved[1], /*backward=*/true), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -147,13 +151,14 @@ torch::Tensor norm_backward(const torch::Tensor& g, const torch::Tensor& x, cons
   auto dx = torch::empty_like(x);
   if (w.defined()) *dw_out = torch::zeros({D}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rms_norm_backward", [&] {
-    const scalar_t *pg = g.data_ptr<scalar_t>(), *px = x.data_ptr<scalar_t>(), *pr = rinv.data_ptr<scalar_t>();
+    const scalar_t *pg = g.data_ptr<scalar_t>(), *px = x.data_ptr<scalar_t>(),
+                   *pr = rinv.data_ptr<scalar_t>();
     const scalar_t* pw = w.defined() ? w.data_ptr<scalar_t>() : nullptr;
     scalar_t* pdx = dx.data_ptr<scalar_t>();
     std::mutex merge;
     at::parallel_for(0, R, 64, [&](int64_t r0, int64_t r1) {
       std::vector<scalar_t> dw(pw ? size_t(D) : 0, scalar_t(0));  // this chunk's share of dw
-      std::vector<scalar_t> u(static_cast<size_t>(D));               // g w of one row
+      std::vector<scalar_t> u(static_cast<size_t>(D));            // g w of one row
       for (int64_t r = r0; r < r1; ++r) {
         const scalar_t *gr = pg + r * D, *xr = px + r * D;
         scalar_t* dr = pdx + r * D;
@@ -182,7 +187,8 @@ torch::Tensor norm_backward(const torch::Tensor& g, const torch::Tensor& x, cons
 // with a weight: inputs x and w; without one (libtorch's custom functions take no undefined input):
 // NormNoWeightFn
 struct NormFn : torch::autograd::Function<NormFn> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               double eps) {
     torch::Tensor rinv;
     auto y = norm_forward(x, w, eps, &rinv);
     ctx->save_for_backward({x, w, rinv});
@@ -213,16 +219,17 @@ struct NormNoWeightFn : torch::autograd::Function<NormNoWeightFn> {
 }  // namespace
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  const bool fast = fast_dtype(x) && x.numel() > 0 &&
-                    (!weight.defined() || (weight.device().is_cpu() && weight.scalar_type() == x.scalar_type() &&
-                                           weight.dim() == 1 && weight.size(0) == x.size(-1)));
+  const bool fast =
+      fast_dtype(x) && x.numel() > 0 &&
+      (!weight.defined() || (weight.device().is_cpu() && weight.scalar_type() == x.scalar_type() &&
+                             weight.dim() == 1 && weight.size(0) == x.size(-1)));
   if (!fast) return rms_norm_reference(x, weight, eps);
   if (!weight.defined()) return NormNoWeightFn::apply(x.contiguous(), eps);
   return NormFn::apply(x.contiguous(), weight.contiguous(), eps);
 }
 
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, const std::vector<double>& inv_freq,
-                         int sign) {
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos,
+                         const std::vector<double>& inv_freq, int sign) {
   const int64_t half = int64_t(inv_freq.size());
   if (half == 0) return x;
   PS_ASSERT(2 * half <= x.size(-1), "rope_apply: more rotary dims than the head dim holds");

@@ -18,8 +18,8 @@
 namespace phasescope {
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
-torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos, const std::vector<double>& inv_freq,
-                         int sign = 1);
+torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos,
+                         const std::vector<double>& inv_freq, int sign = 1);
 
 torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor rope_apply_reference(const torch::Tensor& x, const torch::Tensor& pos,
