@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -326,6 +327,23 @@ TEST(Training, ShortRunLossFalls) {
   EXPECT_LT(last, first - 0.5) << "first 5 steps " << first << ", last 5 steps " << last;
   EXPECT_EQ(r.step, 40);
   EXPECT_TRUE(fs::exists(checkpoint_path(o.out_dir)));
+  // every row's per-layer gradient norms: one per layer, each reached by the signal, and together part
+  // of the global norm (the embedding and the final norm are in no layer)
+  int rows = 0;
+  for (const std::string& line : io_read_lines(o.out_dir + "/metrics.jsonl")) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    if (!row.contains("loss")) continue;
+    ++rows;
+    const auto layers = row.at("grad_norm_layers").get<std::vector<double>>();
+    ASSERT_EQ(int(layers.size()), p.model.n_layers) << line;
+    double sq = 0;
+    for (double v : layers) {
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << line;
+      sq += v * v;
+    }
+    EXPECT_LT(std::sqrt(sq), row.at("grad_norm").get<double>()) << line;
+  }
+  EXPECT_EQ(rows, 40);
 }
 
 TEST(Training, ResumeIsExactlyTheStraightRun) {

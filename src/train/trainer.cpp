@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -134,6 +135,25 @@ void tidy_for_resume(const std::string& out_dir, int64_t step) {
     if (dropped) io_write_atomic(mpath, kept);
   }
   io_remove_stale_temps(out_dir);  // a checkpoint, config.json or metrics rewrite cut by a kill
+}
+
+// The gradient's L2 norm per layer, before clipping: [L], layer l = every parameter whose module or
+// name ends in l ("attn3.wq", "attn_norm3", "mlp_gate3", "shift3"); the embedding and final norm are
+// in no layer. metrics.jsonl's grad_norm_layers: where the learning signal reaches, layer by layer.
+std::vector<double> layer_grad_norms(DecoderImpl& model, int64_t n_layers) {
+  std::vector<double> sq(size_t(n_layers), 0.0);
+  for (const auto& item : model.named_parameters()) {
+    const auto& g = item.value().grad();
+    if (!g.defined()) continue;
+    const std::string head = item.key().substr(0, item.key().find('.'));
+    size_t i = head.size();
+    while (i > 0 && std::isdigit(static_cast<unsigned char>(head[i - 1]))) --i;
+    if (i == head.size()) continue;
+    const int64_t l = std::stoll(head.substr(i));
+    if (l < n_layers) sq[size_t(l)] += g.detach().pow(2).sum().item<double>();
+  }
+  for (double& v : sq) v = std::sqrt(v);
+  return sq;
 }
 
 std::string fmt_duration(double s) {
@@ -354,6 +374,9 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       break;
     }
     (penalty.defined() ? loss + penalty : loss).backward();  // penalty: already weighted by its lambdas
+    const bool log_row = (step + 1) % tc.log_every == 0 || step + 1 == end;
+    const std::vector<double> layer_norms =
+        log_row ? layer_grad_norms(*model, preset.model.n_layers) : std::vector<double>();
     // the global gradient norm (clipped when configured); an overflowing gradient stops the run too
     const double gnorm = torch::nn::utils::clip_grad_norm_(
         model->parameters(), tc.clip > 0 ? tc.clip : std::numeric_limits<double>::infinity());
@@ -377,7 +400,13 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       const double eta = elapsed / double(step - first) * double(end - step);
       log(fmt::format("step {:>6}/{} loss {:.4f} lr {:.2e} {:.1f}k tok/s elapsed {} eta {}", step, tc.steps,
                       lv, lr, tok_s / 1e3, fmt_duration(elapsed), fmt_duration(eta)));
-      row = {{"step", step}, {"loss", lv}, {"lr", lr}, {"tok_s", tok_s}, {"elapsed_s", elapsed}};
+      row = {{"step", step},
+             {"loss", lv},
+             {"lr", lr},
+             {"tok_s", tok_s},
+             {"elapsed_s", elapsed},
+             {"grad_norm", gnorm},
+             {"grad_norm_layers", layer_norms}};
       if (entropy_term.defined()) row["gate_penalty"] = entropy_term.item<double>();
       if (coverage_term.defined()) row["gate_coverage"] = coverage_term.item<double>();
       t_window = now;
