@@ -63,6 +63,16 @@ struct LocalSpec {
   torch::Tensor cover_end;  // tail mode: [T] int64, a raw key must have position > cover_end[q]
 };
 
+// Per-query picks' softmax mass back to one column per key, for the traces of the gathered paths:
+// p [B, T, H, K] on the picks idx [B, T, K] (clamped to a valid column), counted where ok ([B or 1, T, K]
+// bool): [B, H, T, X].
+torch::Tensor picks_to_columns(const torch::Tensor& p, const torch::Tensor& idx, const torch::Tensor& ok,
+                               int64_t X) {
+  const int64_t B = p.size(0), T = p.size(1), H = p.size(2), K = p.size(3);
+  auto mass = (p.detach() * ok.unsqueeze(2).to(p.dtype())).permute({0, 2, 1, 3});  // [B, H, T, K]
+  return torch::zeros({B, H, T, X}, p.options()).scatter_add_(3, idx.unsqueeze(1).expand({B, H, T, K}), mass);
+}
+
 // joint_attention's per-query path: one KV head, raw tokens a sliding window of w >= 1 (t-w, t], and
 // entries none or picked per query (an indexer's entry_idx [B, T, K], -1 = none). Every part of the
 // softmax is laid out [B, T, H, X] and both raw products go through the gathered kernels with the picks
@@ -79,10 +89,10 @@ torch::Tensor per_query_attention(const torch::Tensor& q, const torch::Tensor& k
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
   // raw pick i of query t is token t - w + 1 + i: [T, w]; before the sequence's start it is masked
   auto ri = torch::arange(T, iopt).view({T, 1}) - (w - 1) + torch::arange(w, iopt).view({1, w});
-  auto raw_ok = (ri >= 0).view({1, T, 1, w});
+  auto raw_ok = ri >= 0;                                                    // [T, w]
   auto rsel = ri.clamp_min(0).unsqueeze(0).expand({B, T, w}).contiguous();  // [B, T, w]
   std::vector<torch::Tensor> parts = {gathered_scores(q, k, rsel)};         // [B, T, H, w]
-  std::vector<torch::Tensor> masks = {raw_ok};
+  std::vector<torch::Tensor> masks = {raw_ok.view({1, T, 1, w})};
   torch::Tensor sel;  // [B, T, K], unpicked slots clamped to entry 0 and masked
   if (N > 0) {
     sel = entry_idx.clamp_min(0);
@@ -102,17 +112,9 @@ torch::Tensor per_query_attention(const torch::Tensor& q, const torch::Tensor& k
   auto o = gathered_mix(p_parts[0], v, rsel);  // [B, T, H, D]
   if (K > 0) o = o + gathered_mix(p_parts[1], vc, sel);
 
-  if (trace && trace->probs) {
-    if (N > 0) {                                            // back to one column per entry: [B, H, T, N]
-      auto ps = p_parts[1].detach().permute({0, 2, 1, 3});  // [B, H, T, K]
-      auto ok = (entry_idx >= 0).unsqueeze(1).expand({B, H, T, K}).to(ps.dtype());
-      trace->entry_prob = torch::zeros({B, H, T, N}, q.options())
-                              .scatter_add_(3, sel.unsqueeze(1).expand({B, H, T, K}), ps * ok);
-    }
-    auto pr = p_parts[0].detach().permute({0, 2, 1, 3});  // [B, H, T, w]
-    trace->raw_prob = torch::zeros({B, H, T, T}, q.options())
-                          .scatter_add_(3, rsel.unsqueeze(1).expand({B, H, T, w}),
-                                        pr * raw_ok.view({1, 1, T, w}).to(pr.dtype()));
+  if (trace && trace->probs) {  // [B, H, T, N] and [B, H, T, T]
+    if (N > 0) trace->entry_prob = picks_to_columns(p_parts[1], sel, entry_idx >= 0, N);
+    trace->raw_prob = picks_to_columns(p_parts[0], rsel, raw_ok.unsqueeze(0), T);
   }
   return o;
 }
@@ -231,10 +233,7 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
       return t.permute({0, 1, 3, 2, 4, 5}).reshape({B, H, Tp, t.size(-1)}).narrow(2, 0, T);
     };
     if (gathered) {  // back to one column per entry: [B, H, T, N]
-      auto ps = p_sel.detach().narrow(1, 0, T).permute({0, 2, 1, 3});  // [B, H, T, K]
-      auto si = sel.narrow(1, 0, T).unsqueeze(1).expand({B, H, T, NE});
-      auto ok = (entry_idx >= 0).unsqueeze(1).expand({B, H, T, NE}).to(ps.dtype());
-      trace->entry_prob = torch::zeros({B, H, T, N}, q.options()).scatter_add_(3, si, ps * ok);
+      trace->entry_prob = picks_to_columns(p_sel.narrow(1, 0, T), sel.narrow(1, 0, T), entry_idx >= 0, N);
     } else if (N > 0) {
       trace->entry_prob = to_bhtx(p.narrow(-1, KB * L, N)).detach();
     }

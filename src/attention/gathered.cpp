@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/cpu_loops.h"
 #include "core/check.h"
 
 namespace phasescope {
@@ -27,22 +28,6 @@ struct Dims {
 
 Dims dims_of(const torch::Tensor& a_or_w, const torch::Tensor& e, const torch::Tensor& idx) {
   return {idx.size(0), idx.size(1), a_or_w.size(2), idx.size(2), e.size(2), e.size(1)};
-}
-
-// a . b over n values in four interleaved partial sums: independent lanes the compiler turns into one
-// vector accumulator (a single running sum is a serial chain it may not reorder)
-template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    s0 += a[d] * b[d];
-    s1 += a[d + 1] * b[d + 1];
-    s2 += a[d + 2] * b[d + 2];
-    s3 += a[d + 3] * b[d + 3];
-  }
-  for (; d < n; ++d) s0 += a[d] * b[d];
-  return (s0 + s1) + (s2 + s3);
 }
 
 // body(r, h, k, er) for every row r = b * T + t (rows in parallel), pick k and head h; er is the picked
@@ -156,8 +141,7 @@ void check_shapes(const char* what, const torch::Tensor& a, const torch::Tensor&
 }
 
 bool fast_path(const torch::Tensor& a, const torch::Tensor& e) {
-  return a.device().is_cpu() && e.device().is_cpu() && a.scalar_type() == e.scalar_type() &&
-         (a.scalar_type() == torch::kFloat || a.scalar_type() == torch::kDouble);
+  return cpu_float_or_double(a) && cpu_float_or_double(e) && a.scalar_type() == e.scalar_type();
 }
 
 // rows of e picked by idx: [B, T, K, D]

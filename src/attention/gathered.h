@@ -25,8 +25,9 @@ torch::Tensor gathered_mix(const torch::Tensor& p, const torch::Tensor& e, const
 //   earlier entry, in no particular order, -1 past them
 // q: [B, T, HI, DI] (rotated), w: [B, T, HI] (scaled), k: [B, N, DI], n_vis: [T] int64 (entries are
 // visible in order, so the visible ones are a prefix). Not differentiable (a discrete choice). The fast
-// path scores one row at a time (no [T, HI, N] products) and keeps the best k in a heap as it goes, which
-// breaks ties toward the earlier entry by construction; CPU float / double, else the reference.
+// path scores one row at a time (no [T, HI, N] products), bounds the k-th score by the maxima of groups
+// of entries and picks the k best of the entries at or above it by (score, earlier entry), so ties go to
+// the earlier entry by construction; CPU float / double, else the reference.
 torch::Tensor index_select_topk(const torch::Tensor& q, const torch::Tensor& w, const torch::Tensor& k,
                                 const torch::Tensor& n_vis, int64_t topk);
 // the reference: all scores as one product (index_scores), then topk_earliest_ties

@@ -7,9 +7,22 @@
 #include <cmath>
 #include <mutex>
 
+#include "attention/cpu_loops.h"
 #include "core/check.h"
 
 namespace phasescope {
+
+namespace {
+
+// the angles sign * pos[t] * inv_freq[i] in double, [T, half], on `device`: the one place the rotation's
+// angles are made (the reference and the fast path's tables)
+torch::Tensor rope_angles(const torch::Tensor& pos, const std::vector<double>& inv_freq, int sign,
+                          torch::Device device) {
+  auto dopt = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  return pos.to(dopt).unsqueeze(1) * torch::tensor(inv_freq, dopt).unsqueeze(0) * double(sign);
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // References
@@ -23,9 +36,7 @@ torch::Tensor rope_apply_reference(const torch::Tensor& x, const torch::Tensor& 
                                    const std::vector<double>& inv_freq_v, int sign) {
   const int64_t half = int64_t(inv_freq_v.size()), dims = 2 * half, Dh = x.size(-1);
   if (dims == 0) return x;
-  auto dopt = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
-  auto inv_freq = torch::tensor(inv_freq_v, dopt);                              // [half]
-  auto ang = pos.to(dopt).unsqueeze(1) * inv_freq.unsqueeze(0) * double(sign);  // [T, half]
+  auto ang = rope_angles(pos, inv_freq_v, sign, x.device());  // [T, half]
   auto cos = ang.cos().to(x.dtype()).view({1, -1, 1, half});
   auto sin = ang.sin().to(x.dtype()).view({1, -1, 1, half});
   auto rot = x.narrow(-1, Dh - dims, dims).unflatten(-1, {half, 2});  // [B, T, h, half, 2]
@@ -40,10 +51,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool fast_dtype(const torch::Tensor& x) {
-  return x.device().is_cpu() && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble);
-}
-
 // ---------------------------------------------------------------------------------------------
 // RoPE
 
@@ -52,9 +59,7 @@ bool fast_dtype(const torch::Tensor& x) {
 std::pair<torch::Tensor, torch::Tensor> rope_tables(const torch::Tensor& pos,
                                                     const std::vector<double>& inv_freq, int sign,
                                                     torch::ScalarType dtype) {
-  auto dopt = torch::TensorOptions().dtype(torch::kFloat64);
-  auto ang = pos.to(torch::kCPU).to(torch::kFloat64).unsqueeze(1) *
-             torch::tensor(inv_freq, dopt).unsqueeze(0) * double(sign);  // [T, half]
+  auto ang = rope_angles(pos, inv_freq, sign, torch::kCPU);  // [T, half]
   return {ang.cos().to(dtype).contiguous(), ang.sin().to(dtype).contiguous()};
 }
 
@@ -103,21 +108,6 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
 // ---------------------------------------------------------------------------------------------
 // RMSNorm
 
-// sum_d a[d] b[d] in four interleaved partial sums (independent lanes the compiler vectorizes)
-template <typename T>
-inline T sum_of_products(const T* a, const T* b, int64_t n) {
-  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t d = 0;
-  for (; d + 4 <= n; d += 4) {
-    s0 += a[d] * b[d];
-    s1 += a[d + 1] * b[d + 1];
-    s2 += a[d + 2] * b[d + 2];
-    s3 += a[d + 3] * b[d + 3];
-  }
-  for (; d < n; ++d) s0 += a[d] * b[d];
-  return (s0 + s1) + (s2 + s3);
-}
-
 // y = x r w with r = 1 / sqrt(mean(x^2) + eps) per row: x, y [R, D], w [D] or undefined; *r_out [R]
 torch::Tensor norm_forward(const torch::Tensor& x, const torch::Tensor& w, double eps, torch::Tensor* r_out) {
   const int64_t D = x.size(-1), R = x.numel() / D;
@@ -131,7 +121,7 @@ torch::Tensor norm_forward(const torch::Tensor& x, const torch::Tensor& w, doubl
       for (int64_t r = r0; r < r1; ++r) {
         const scalar_t* xr = px + r * D;
         scalar_t* yr = py + r * D;
-        const scalar_t rr = scalar_t(1.0 / std::sqrt(double(sum_of_products(xr, xr, D)) / double(D) + eps));
+        const scalar_t rr = scalar_t(1.0 / std::sqrt(double(dot(xr, xr, D)) / double(D) + eps));
         pr[r] = rr;
         if (pw)
           for (int64_t d = 0; d < D; ++d) yr[d] = xr[d] * rr * pw[d];
@@ -171,7 +161,7 @@ torch::Tensor norm_backward(const torch::Tensor& g, const torch::Tensor& x, cons
         } else {
           for (int64_t d = 0; d < D; ++d) u[size_t(d)] = gr[d];
         }
-        const scalar_t m = sum_of_products(u.data(), xr, D) * rr / scalar_t(D);  // mean(u n)
+        const scalar_t m = dot(u.data(), xr, D) * rr / scalar_t(D);  // mean(u n)
         for (int64_t d = 0; d < D; ++d) dr[d] = rr * (u[size_t(d)] - xr[d] * rr * m);
       }
       if (pw) {
@@ -220,7 +210,7 @@ struct NormNoWeightFn : torch::autograd::Function<NormNoWeightFn> {
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   const bool fast =
-      fast_dtype(x) && x.numel() > 0 &&
+      cpu_float_or_double(x) && x.numel() > 0 &&
       (!weight.defined() || (weight.device().is_cpu() && weight.scalar_type() == x.scalar_type() &&
                              weight.dim() == 1 && weight.size(0) == x.size(-1)));
   if (!fast) return rms_norm_reference(x, weight, eps);
@@ -233,7 +223,7 @@ torch::Tensor rope_apply(const torch::Tensor& x, const torch::Tensor& pos,
   const int64_t half = int64_t(inv_freq.size());
   if (half == 0) return x;
   PS_ASSERT(2 * half <= x.size(-1), "rope_apply: more rotary dims than the head dim holds");
-  if (!fast_dtype(x) || x.dim() != 4 || pos.numel() != x.size(1) || x.numel() == 0)
+  if (!cpu_float_or_double(x) || x.dim() != 4 || pos.numel() != x.size(1) || x.numel() == 0)
     return rope_apply_reference(x, pos, inv_freq, sign);
   auto [cs, sn] = rope_tables(pos, inv_freq, sign, x.scalar_type());
   return RopeFn::apply(x.contiguous(), cs, sn);
