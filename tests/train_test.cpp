@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -37,6 +39,13 @@ TrainOptions quiet(const std::string& dir) {
   o.out_dir = dir;
   o.log = [](const std::string&) {};
   return o;
+}
+
+// f throws a phasescope::Error whose message holds every one of `parts`.
+void expect_error_with(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  const std::string e = testutil::error_of(f);
+  EXPECT_FALSE(e.empty()) << "no error";
+  for (const std::string& s : parts) EXPECT_NE(e.find(s), std::string::npos) << "'" << s << "' not in: " << e;
 }
 
 TEST(Presets, EveryPresetBuildsAndRuns) {
@@ -373,6 +382,115 @@ TEST(Training, ResumeIsExactlyTheStraightRun) {
     Decoder init(q.model);
     EXPECT_FALSE(torch::equal(init->named_parameters()["embed"], pa["embed"]));
   }
+}
+
+// A dense warm-up (train.dense_warmup_steps) is exactly: train the dense twin for N steps of the same
+// schedule, then train the compressed preset warm-started from it (train.init_from). The parameters the twin
+// shares keep its weights at the start; the compressor's own (gates, payload maps) keep their seeded
+// initialization; a resumed run does not redo the dense stage; wrong sources and settings are refused.
+TEST(Training, DenseWarmupIsTheDenseTwinThenAWarmStart) {
+  for (const std::string name : {"w8s8-1kv", "dsv4-csa"}) {
+    Preset p = tiny(name);
+    p.train.dense_warmup_steps = 5;
+    const std::string dir = tmp_dir("dense-warmup");
+    TrainResult r = train_run(p, quiet(dir));
+    EXPECT_EQ(r.step, 12) << name;
+
+    // stage 1: the dense twin, stopped at step 5, every layer exact over the row
+    LoadedModel dense = model_load((fs::path(dir) / "dense-warmup").string());
+    EXPECT_EQ(dense.step, 5) << name;
+    EXPECT_EQ(dense.preset.name, p.name + "-dense-warmup");
+    ASSERT_EQ(dense.preset.model.layers.size(), p.model.layers.size());
+    for (size_t l = 0; l < p.model.layers.size(); ++l) {
+      const AttnConfig& a = dense.preset.model.layers[l];
+      if (attn_is_ds(p.model.layers[l])) {
+        EXPECT_EQ(a.kind, AttnKind::DsWindow) << name << " layer " << l;
+        EXPECT_GE(a.window, p.task.seq_len);
+      } else {
+        EXPECT_EQ(a.kind, AttnKind::Full) << name << " layer " << l;
+      }
+    }
+    const std::string twin_dir = tmp_dir("dense-twin");
+    TrainOptions twin = quiet(twin_dir);
+    twin.stop_after = 5;
+    train_run(dense_warmup_preset(p), twin);
+    EXPECT_EQ(model_load(twin_dir).hash, dense.hash) << name << ": the stage is the twin's own run";
+
+    // stage 2 is a warm start from stage 1: the same weights as init_from on the twin's folder
+    CheckpointContents c = checkpoint_read(checkpoint_path(dir));
+    ASSERT_TRUE(c.header.contains("warm_start")) << name;
+    EXPECT_EQ(c.header["warm_start"]["source_hash"], dense.hash);
+    Preset by_hand = p;
+    by_hand.train.dense_warmup_steps = 0;
+    by_hand.train.init_from = twin_dir;
+    const std::string hand_dir = tmp_dir("warm-by-hand");
+    train_run(by_hand, quiet(hand_dir));
+    EXPECT_EQ(model_load(hand_dir).hash, model_load(dir).hash) << name;
+
+    // what a warm start copies and what it keeps
+    Preset q = p;
+    q.model.vocab_size = task_vocab(q.task).size();
+    torch::manual_seed(q.train.seed);
+    Decoder fresh(q.model), warm(q.model);
+    {
+      torch::NoGradGuard g;
+      for (auto& item : warm->named_parameters()) item.value().copy_(fresh->named_parameters()[item.key()]);
+    }
+    const WarmStart w = model_warm_start(*warm, twin_dir);
+    EXPECT_EQ(w.source_step, 5);
+    EXPECT_FALSE(w.copied.empty());
+    EXPECT_FALSE(w.kept.empty()) << name << ": the compressor has parameters of its own";
+    auto dp = dense.model->named_parameters();
+    auto fp = fresh->named_parameters();
+    for (const auto& item : warm->named_parameters()) {
+      const bool shared = dp.contains(item.key());
+      EXPECT_TRUE(torch::equal(item.value(), shared ? dp[item.key()] : fp[item.key()]))
+          << name << " " << item.key();
+      EXPECT_EQ(std::count(w.kept.begin(), w.kept.end(), item.key()), shared ? 0 : 1) << item.key();
+    }
+
+    // a resumed run does not redo the dense stage and ends where the straight run ends
+    const std::string staged = tmp_dir("dense-warmup-staged");
+    TrainOptions first = quiet(staged);
+    first.stop_after = 7;
+    train_run(p, first);
+    const auto dense_time = fs::last_write_time(fs::path(staged) / "dense-warmup" / "checkpoint.safetensors");
+    TrainResult rest = train_run(p, quiet(staged));
+    EXPECT_TRUE(rest.resumed);
+    EXPECT_EQ(fs::last_write_time(fs::path(staged) / "dense-warmup" / "checkpoint.safetensors"), dense_time);
+    EXPECT_EQ(model_load(staged).hash, model_load(dir).hash) << name;
+  }
+
+  // the wrong source is refused, naming the file and the parameter
+  Preset p = tiny("w8s8-1kv");
+  const std::string src = tmp_dir("warm-source");
+  TrainOptions o = quiet(src);
+  o.stop_after = 2;
+  train_run(dense_warmup_preset(p), o);
+  Preset other_kv = p;
+  other_kv.model.n_kv_heads = 2;
+  other_kv.model.vocab_size = task_vocab(other_kv.task).size();
+  model_config_sync(other_kv.model, "test");
+  Decoder m2(other_kv.model);
+  expect_error_with([&] { model_warm_start(*m2, src); }, {"checkpoint.safetensors", "attn0.wk", "shape"});
+  const std::string compressed = tmp_dir("warm-compressed");
+  TrainOptions oc = quiet(compressed);
+  oc.stop_after = 2;
+  train_run(p, oc);
+  Preset full = dense_warmup_preset(p);
+  full.model.vocab_size = task_vocab(full.task).size();
+  Decoder m3(full.model);
+  expect_error_with([&] { model_warm_start(*m3, compressed); }, {"checkpoint.safetensors", "lacks"});
+  // settings: both sources at once, or a warm-up longer than the run
+  Preset both = p;
+  both.train.dense_warmup_steps = 4;
+  both.train.init_from = src;
+  expect_error_with([&] { preset_from_json(preset_to_json(both), "test preset"); },
+                    {"train.dense_warmup_steps", "init_from"});
+  Preset too_long = p;
+  too_long.train.dense_warmup_steps = 13;
+  expect_error_with([&] { preset_from_json(preset_to_json(too_long), "test preset"); },
+                    {"train.dense_warmup_steps", "[0, train.steps]"});
 }
 
 TEST(Checkpoint, DamagedOrTruncatedFilesAreRefused) {

@@ -85,6 +85,8 @@ const JsonTable<TrainConfig>& train_table() {
       {"seed", json_field(&TrainConfig::seed)},
       {"gate_entropy_bonus", json_field(&TrainConfig::gate_entropy_bonus)},
       {"gate_coverage_bonus", json_field(&TrainConfig::gate_coverage_bonus)},
+      {"init_from", json_field(&TrainConfig::init_from)},
+      {"dense_warmup_steps", json_field(&TrainConfig::dense_warmup_steps)},
   };
   return t;
 }
@@ -150,6 +152,11 @@ void validate(const Preset& p, const std::string& where) {
   need(r.clip >= 0, where, "train.clip", "must be >= 0 (0 = off)", "e.g. 1.0");
   need(r.gate_entropy_bonus >= 0 && r.gate_coverage_bonus >= 0, where,
        "train.gate_entropy_bonus/gate_coverage_bonus", "must be >= 0 (0 = off)", "e.g. 0.5");
+  need(r.dense_warmup_steps >= 0 && r.dense_warmup_steps <= r.steps, where, "train.dense_warmup_steps",
+       "must be in [0, train.steps]", "0 = off, e.g. 500");
+  need(r.dense_warmup_steps == 0 || r.init_from.empty(), where, "train.dense_warmup_steps",
+       "cannot be combined with train.init_from (both say where the weights start)",
+       "set one of them: dense_warmup_steps = 0 or init_from = \"\"");
   need(r.log_every >= 1 && r.ckpt_every >= 1, where, "train.log_every/ckpt_every", "must be >= 1",
        "e.g. 10 / 200");
 }

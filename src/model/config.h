@@ -79,6 +79,15 @@ struct TrainConfig {
   // gains lambda x the mean over pairs of chunked gates (layer, KV head) of one branch of the overlap
   // <g_a, g_b> of their static phase profiles (E[alpha] folded onto phases, each summing to 1).
   double gate_coverage_bonus = 0;
+  // Warm start (model/load.h model_warm_start): a checkpoint (DIR or .safetensors) whose weights start
+  // every parameter of the same name, e.g. a full-attention model of the same widths, before a compressed
+  // one trains from it ("dense warm-up"). "" = from the seeded initialization. A relative path is taken
+  // from the working directory. The optimizer, schedule and data stream start from step 0 either way.
+  std::string init_from;
+  // Dense warm-up: > 0 first trains the preset's dense twin (train/trainer.h dense_warmup_preset: every
+  // layer exact over the whole row, same widths) on this recipe for this many steps, in OUT/dense-warmup,
+  // then warm-starts the preset from it. 0 = off. Exclusive with init_from; at most steps.
+  int dense_warmup_steps = 0;
 };
 
 struct Preset {

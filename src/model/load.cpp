@@ -1,6 +1,8 @@
 // load.cpp — see load.h.
 #include "model/load.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 
 #include "core/check.h"
@@ -53,6 +55,44 @@ void checkpoint_load_weights(DecoderImpl& model, const TensorMap& tensors, const
            "the checkpoint does not match its own config; retrain");
     item.value().copy_(it->second);
   }
+}
+
+WarmStart model_warm_start(DecoderImpl& model, const std::string& dir_or_file) {
+  LoadedModel src = model_load(dir_or_file);
+  WarmStart w;
+  w.source = checkpoint_path(dir_or_file);
+  w.source_hash = src.hash;
+  w.source_preset = src.preset.name;
+  w.source_step = src.step;
+  std::map<std::string, torch::Tensor> from;
+  for (const auto& item : src.model->named_parameters()) from[item.key()] = item.value();
+  torch::NoGradGuard g;
+  for (auto& item : model.named_parameters()) {
+    auto it = from.find(item.key());
+    if (it == from.end()) {
+      w.kept.push_back(item.key());
+      continue;
+    }
+    if (it->second.sizes() != item.value().sizes())
+      fail(w.source,
+           "parameter " + item.key() + " has shape " + c10::str(it->second.sizes()) + " there but " +
+               c10::str(item.value().sizes()) + " in the model to train",
+           "warm-start from a checkpoint of the same widths, heads, KV heads and vocabulary (only the "
+           "attention kind may differ)");
+    item.value().copy_(it->second);
+    w.copied.push_back(item.key());
+    from.erase(it);
+  }
+  std::vector<std::string> unused;  // source parameters the model lacks
+  for (const auto& [name, t] : from) unused.push_back(name);
+  if (!unused.empty())
+    fail(w.source,
+         fmt::format("has {} parameters the model to train lacks ({}{})", unused.size(), unused.front(),
+                     unused.size() > 1 ? ", ..." : ""),
+         "warm-start from a model whose every parameter the new one has: the same depth, and full attention "
+         "for the W/S kinds or the window-only layer for the DeepSeek kinds (train.dense_warmup_steps makes "
+         "one)");
+  return w;
 }
 
 LoadedModel model_load(const std::string& dir_or_file) {

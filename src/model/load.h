@@ -8,6 +8,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -41,5 +42,22 @@ CheckpointContents checkpoint_read(const std::string& path);
 
 // Copy the checkpoint's "model.*" tensors into the model's parameters (names and shapes must match).
 void checkpoint_load_weights(DecoderImpl& model, const TensorMap& tensors, const std::string& path);
+
+// Warm start (a dense warm-up, as DeepSeek-V3.2 trained its sparse attention from a dense checkpoint):
+// every parameter of `model` whose name exists in the source checkpoint takes the source's weights (the
+// model is loaded and hash-checked through model_load); a parameter the source lacks keeps the model's own
+// seeded initialization (a compressed layer's gates and payload maps, when the source is full attention).
+// A name present in both with different shapes, or a source that shares no parameter with the model, is
+// refused, and so is a source with a parameter the model lacks (another depth, another attention family):
+// that is the wrong source, not a partial match.
+struct WarmStart {
+  std::string source;               // the checkpoint file
+  std::string source_hash;          // its model_content_hash
+  std::string source_preset;        // its preset's name
+  int64_t source_step = 0;          // its training step
+  std::vector<std::string> copied;  // parameters taken from the source
+  std::vector<std::string> kept;    // parameters the source lacks (left at their initialization)
+};
+WarmStart model_warm_start(DecoderImpl& model, const std::string& dir_or_file);
 
 }  // namespace phasescope

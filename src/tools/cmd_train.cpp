@@ -18,10 +18,10 @@ namespace {
 
 // Command-line overrides of a preset; unset ones leave the preset's value.
 struct Overrides {
-  std::optional<std::string> task, text;
+  std::optional<std::string> task, text, init_from;
   std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, token_shift, seq, batch, records,
       warmup, curriculum;
-  std::optional<int> eval_every, repeat_steps;
+  std::optional<int> eval_every, repeat_steps, dense_warmup;
   std::optional<double> lr, text_ratio, repeat_ratio;
   std::optional<uint64_t> seed;
 };
@@ -51,6 +51,12 @@ void add_override_options(CLI::App* cmd, Overrides& o) {
                   "repeated-segment rows only before this step (0 = always)");
   cmd->add_option("--eval-every", o.eval_every, "held-out evaluation period in steps (0 = off)");
   cmd->add_option("--seed", o.seed, "seed of initialization and data");
+  cmd->add_option("--init-from", o.init_from,
+                  "warm start: a checkpoint (DIR or .safetensors) whose weights start every parameter of the "
+                  "same name, e.g. a full-attention run of the same widths (train.init_from)");
+  cmd->add_option("--dense-warmup", o.dense_warmup,
+                  "first train the preset's dense twin for N steps (OUT/dense-warmup), then start from it "
+                  "(train.dense_warmup_steps; 0 = off)");
 }
 
 void apply(Preset& p, const Overrides& o) {
@@ -74,6 +80,8 @@ void apply(Preset& p, const Overrides& o) {
   if (o.repeat_steps) p.task.repeat_steps = *o.repeat_steps;
   if (o.eval_every) p.train.eval_every = *o.eval_every;
   if (o.seed) p.train.seed = *o.seed;
+  if (o.init_from) p.train.init_from = *o.init_from;
+  if (o.dense_warmup) p.train.dense_warmup_steps = *o.dense_warmup;
   if (o.layers) {  // repeat the preset's layer pattern to the new depth
     std::vector<AttnConfig> pattern = p.model.layers;
     p.model.layers.clear();

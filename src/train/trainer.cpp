@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/string_utils.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <atomic>
 #include <cctype>
@@ -67,8 +68,10 @@ json resume_identity(const Preset& p) {
   return j;
 }
 
+// `warm_start`: what the run's weights started from (train.init_from), or null; kept in every checkpoint.
 void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::AdamW& opt,
-                     const Preset& preset, int64_t step, const TaskStream& stream, double loss) {
+                     const Preset& preset, int64_t step, const TaskStream& stream, double loss,
+                     const json& warm_start = nullptr) {
   TensorMap tensors;
   json optim_steps = json::object();
   for (const auto& item : model.named_parameters()) {
@@ -90,6 +93,7 @@ void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::A
                  {"data_state", stream.state()},
                  {"loss", loss},
                  {"model_hash", model_content_hash(model, preset)}};
+  if (!warm_start.is_null()) header["warm_start"] = warm_start;
   safetensors_save(checkpoint_path(dir), tensors, header.dump());
 }
 
@@ -238,6 +242,27 @@ double heldout_loss(DecoderImpl& model, const Preset& preset, int n, uint64_t se
   return count ? sum / double(count) : std::nan("");
 }
 
+Preset dense_warmup_preset(const Preset& preset) {
+  Preset d = preset;
+  d.name = preset.name + "-dense-warmup";
+  d.description = "dense twin of " + preset.name + " (dense warm-up)";
+  d.train.dense_warmup_steps = 0;
+  d.train.init_from.clear();
+  auto densify = [&](AttnConfig& a) {
+    if (attn_is_ds(a)) {
+      a.kind = AttnKind::DsWindow;
+      a.ratio = 0;
+      a.index_topk = 0;
+      a.window = std::max(a.window, preset.task.seq_len);
+    } else {
+      a.kind = AttnKind::Full;
+      a.grid_offset = 0;
+    }
+  };
+  for (AttnConfig& a : d.model.layers) densify(a);
+  return preset_from_json(preset_to_json(d), "dense twin of preset " + preset.name);
+}
+
 TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   auto log = opt.log ? opt.log : [](const std::string& s) {
     fmt::print("{}\n", s);
@@ -268,6 +293,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   // resume when a checkpoint of the same run is there
   TrainResult res;
   int64_t step = 0;
+  json warm_start = nullptr;  // the header's record of train.init_from
   if (fs::exists(ckpt) && !opt.fresh) {
     CheckpointContents r = checkpoint_read(ckpt);
     Preset saved = preset_from_json(r.header["preset"].dump(), ckpt + " (embedded preset)");
@@ -295,8 +321,52 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     }
     stream.set_state(r.header["data_state"].get<std::string>());
     step = r.header["step"].get<int64_t>();
+    if (r.header.contains("warm_start")) warm_start = r.header["warm_start"];
     res.resumed = true;
     log(fmt::format("resuming {} from step {} ({})", preset.name, step, ckpt));
+  }
+  // dense warm-up: the dense twin first (its own folder, resumable), unless this run already has a checkpoint
+  std::string warm_from = tc.init_from;
+  double dense_seconds = 0;
+  if (!res.resumed && tc.dense_warmup_steps > 0) {
+    const std::string dense_dir = (fs::path(opt.out_dir) / "dense-warmup").string();
+    TrainOptions dense_opt = opt;
+    dense_opt.out_dir = dense_dir;
+    dense_opt.stop_after = tc.dense_warmup_steps;
+    dense_opt.before_step = nullptr;
+    log(fmt::format("dense warm-up: {} steps of {}'s dense twin in {}", tc.dense_warmup_steps, preset.name,
+                    dense_dir));
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    const torch::Tensor rng = gen.get_state();  // the nested run reseeds torch: keep this run's RNG
+    const TrainResult d = train_run(dense_warmup_preset(preset), dense_opt);
+    gen.set_state(rng);
+    dense_seconds = d.seconds;
+    if (d.nan_stop || d.interrupted) {
+      TrainResult out = d;
+      out.step = 0;
+      out.message = "dense warm-up: " + d.message;
+      return out;
+    }
+    if (d.step < tc.dense_warmup_steps)
+      fail(dense_dir,
+           fmt::format("the dense warm-up stopped at step {} of {}", d.step, tc.dense_warmup_steps),
+           "run the same command again to resume it");
+    warm_from = dense_dir;
+  }
+  if (!res.resumed && !warm_from.empty()) {
+    // loading the source builds (and seeds) a second model: keep the torch RNG as a fresh run has it
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    const torch::Tensor rng = gen.get_state();
+    const WarmStart w = model_warm_start(*model, warm_from);
+    gen.set_state(rng);
+    warm_start = {
+        {"source", w.source},           {"source_hash", w.source_hash}, {"source_preset", w.source_preset},
+        {"source_step", w.source_step}, {"copied", w.copied.size()},    {"kept", w.kept}};
+    log(
+        fmt::format("warm start from {} ({} at step {}, hash {}): {} parameters copied, {} kept at their "
+                    "initialization{}",
+                    w.source, w.source_preset, w.source_step, w.source_hash, w.copied.size(), w.kept.size(),
+                    w.kept.empty() ? "" : " (" + fmt::format("{}", fmt::join(w.kept, ", ")) + ")"));
   }
   if (opt.fresh) {
     std::error_code ec;
@@ -433,7 +503,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
         diverged(fmt::format("weights became non-finite by step {}", step));
         break;
       }
-      save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv);
+      save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv, warm_start);
       res.step = step;
     }
     if (stop_now) {
@@ -451,7 +521,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     std::signal(SIGTERM, SIG_DFL);
   }
   res.trained = step - first;
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  res.seconds =
+      dense_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (!res.nan_stop) res.step = step;
   return res;
 }

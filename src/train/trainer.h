@@ -47,7 +47,18 @@ struct TrainResult {
   std::string message;
 };
 
+// With train.dense_warmup_steps = N > 0, train_run first trains dense_warmup_preset(preset) for N steps
+// of the same schedule in OUT/dense-warmup (resumable like any run; skipped once OUT holds the preset's
+// own checkpoint), then warm-starts the preset from it and trains it from step 0. The result's seconds
+// include both stages.
 TrainResult train_run(const Preset& preset, const TrainOptions& opt);
+
+// The dense twin of a preset, for a dense warm-up: every layer attends exactly over the whole row with the
+// same parameter names, so its weights start the compressed model. W/S kinds (window, chunked, full)
+// become full attention; DeepSeek kinds become the V4 window-only layer with the window widened to the
+// row (task.seq_len), whose parameters are a subset of CSA's, HCA's and CSA2's. Name "<name>-dense-warmup",
+// dense_warmup_steps 0, init_from "".
+Preset dense_warmup_preset(const Preset& preset);
 
 // Write `preset`'s seeded random initialization (torch::manual_seed(preset.train.seed), as train_run
 // starts) as a step-0 checkpoint plus config.json in out_dir: a model that loads and serves like a
