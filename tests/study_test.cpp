@@ -58,7 +58,7 @@ TEST(StudyGrid, MitigationCandidatesKeepTheReferenceMemory) {
     if (r.family.rfind("carry-over", 0) == 0 && r.family != "carry-over: reference")
       EXPECT_NEAR(bytes(r.preset) / bytes(r.preset.substr(0, r.preset.rfind('-'))), 1.0, 0.005) << r.preset;
   }
-  EXPECT_EQ(seeds.size(), 14u);
+  EXPECT_EQ(seeds.size(), 15u);
   for (const auto& [preset, s] : seeds) EXPECT_EQ(s, (std::set<uint64_t>{42, 43, 44})) << preset;
   // the candidates differ from the reference where they say they do
   EXPECT_EQ(preset_load("w16s8-1kv").model.layers[0].W, 16);
@@ -127,10 +127,42 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
     rows.push_back(row("mix", seed, "carry-over: reference", 20.0, 0.40, 0.04, 0.50));
     rows.push_back(row("mix-fix", seed, "carry-over: x", 20.0, 0.45, 0.09, 0.20));
   }
+  // another recipe (a grid tag, e.g. a dense warm-up) is paired with the reference run of the same tag:
+  // against mix-warm (worst 1%, gap 90) the tagged fix meets; against untagged mix (worst 4%) it would not
+  auto tagged = [&](json r, const std::string& tag) {
+    r["tag"] = tag;
+    r["overrides"] = {{"train", {{"dense_warmup_steps", 500}}}};  // what the tag stands for
+    r["id"] = r["preset"].get<std::string>() + "-" + tag + "@" + std::to_string(r["seed"].get<uint64_t>());
+    return r;
+  };
+  for (uint64_t seed : {42, 43, 44}) {
+    rows.push_back(tagged(row("mix", seed, "carry-over: reference", 20.0, 0.20, 0.01, 0.90), "warm"));
+    rows.push_back(tagged(row("mix-fix", seed, "carry-over: x", 20.0, 0.30, 0.05, 0.45), "warm"));
+  }
   const json m = study_mitigations(rows, "w8s8-1kv");
+  {
+    std::map<std::string, std::string> by_variant, reference_of;
+    for (const json& g : m["goal"]) {
+      by_variant[g["variant"].get<std::string>() + "/" + g["protocol"].get<std::string>()] = g["verdict"];
+      reference_of[g["variant"]] = g["reference"];
+    }
+    EXPECT_EQ(by_variant["mix-fix-warm/prefix"], "meets");  // worst 5% >= 2 x 1%, gap 45 <= 90 / 2
+    EXPECT_EQ(by_variant["mix-fix/prefix"], "meets");       // the untagged pair is unchanged
+    EXPECT_EQ(reference_of["mix-fix-warm"], "mix-warm");
+    EXPECT_EQ(by_variant.count("mix-warm/prefix"), 0u);  // a carried-over reference is not judged
+    size_t warm_rows = 0;
+    for (const json& e : m["presets"])
+      if (e["variant"] == "mix-warm") {
+        EXPECT_EQ(e["preset"], "mix");
+        EXPECT_EQ(e["tag"], "warm");
+        EXPECT_EQ(e["seeds"].size(), 3u);
+        ++warm_rows;
+      }
+    EXPECT_EQ(warm_rows, 2u);  // its own rows per protocol, not pooled with untagged mix
+  }
   std::map<std::string, std::string> verdict;
   for (const json& g : m["goal"])
-    verdict[g["preset"].get<std::string>() + "/" + g["protocol"].get<std::string>()] = g["verdict"];
+    verdict[g["variant"].get<std::string>() + "/" + g["protocol"].get<std::string>()] = g["verdict"];
   EXPECT_EQ(verdict["good/prefix"], "meets");
   EXPECT_EQ(verdict["almost/in-sequence"], "does not meet");
   EXPECT_EQ(verdict["costly/prefix"], "not at equal memory");
@@ -148,8 +180,15 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
       EXPECT_EQ(g["paired_seeds"], 0);
     }
   for (const json& g : m["goal"])
-    EXPECT_EQ(g["reference"], g["preset"] == "mix-fix" ? "mix" : "w8s8-1kv") << g["preset"];
+    EXPECT_EQ(g["reference"], g["variant"] == "mix-fix"        ? "mix"
+                              : g["variant"] == "mix-fix-warm" ? "mix-warm"
+                                                               : "w8s8-1kv")
+        << g["variant"];
   EXPECT_EQ(m["rows"].size(), rows.size() * 2);
+  for (const json& r : m["rows"])  // a tag's overrides become train flags in the row's command
+    EXPECT_EQ(r["command"].get<std::string>().find("--dense-warmup 500") != std::string::npos,
+              r["tag"] == "warm")
+        << r["command"];
   for (const json& r : m["rows"]) {
     for (const char* k :
          {"preset", "seed", "protocol", "kv_bytes_per_token", "mean", "worst", "gap", "val_loss", "command"})

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 
@@ -137,11 +138,17 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
     // vector gates, tied K/V: a design that learns at this recipe); then coverage on the DeepSeek-V4 mix
     add("deepseek-style-stagger", three, "carry-over: staggered grids", "");
     add("deepseek-style", three, "carry-over: reference", "DeepSeek-style kernel");
-    // the DeepSeek-V4 mix, last: judged against dsv4-csa, the preset its name extends
-    // (docs/mitigations/README.md: at the study's recipe dsv4-csa has not learned the task in 2 of 2 seeds,
-    // so until a recipe under which it does, these rows cannot say whether a fix carries over)
-    add("dsv4-csa-coverage", three, "carry-over: head coverage", "");
+    // the DeepSeek-V4 mix, last, judged against dsv4-csa (the preset its names extend). At the study's
+    // recipe dsv4-csa does not learn the task (2 of 2 seeds at chance, its rows are the paper grid's); with
+    // a dense warm-up (500 steps of its dense twin, then the same 2000 steps; docs/training.md) the fixes
+    // that reach its layers are carried: head coverage (its compressors' gates) and the token shift
     add("dsv4-csa", three, "carry-over: reference", "");
+    const json dense = {{"train", {{"dense_warmup_steps", 500}}}};
+    for (uint64_t s : three) {  // seed by seed, so that a partial grid already pairs the fixes with it
+      add("dsv4-csa", {s}, "carry-over: reference", "", "dense500", dense);
+      add("dsv4-csa-coverage", {s}, "carry-over: head coverage", "", "dense500", dense);
+      add("dsv4-csa-shift", {s}, "carry-over: token shift", "", "dense500", dense);
+    }
   } else {
     const std::string fix =
         "pass --grid paper, --grid quick, --grid mitigations, or a grid file {\"name\", \"toy\", \"runs\": "
@@ -306,6 +313,7 @@ json study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& o
   json row = {{"id", run.id()},        {"preset", run.preset},       {"seed", run.seed},
               {"family", run.family},  {"paper", run.paper},         {"tag", run.tag},
               {"steps", trained.step}, {"train_seconds", tr.seconds}};
+  if (!run.overrides.is_null()) row["overrides"] = run.overrides;  // what the tag stands for
   row["commit"] = PHASESCOPE_GIT_COMMIT;   // the build that computed this row (CMakeLists.txt)
   row["threads"] = at::get_num_threads();  // training is bit-reproducible for a fixed thread count
   const AttnConfig& a0 = trained.preset.model.layers[0];
@@ -719,6 +727,29 @@ json study_ablations(const std::vector<json>& rows) {
   return out;
 }
 
+namespace {
+// The `phasescope train` flags that apply a run's grid overrides, or nothing when some override has no
+// flag (the run is then redone through the study). "" for no overrides.
+std::optional<std::string> train_flags(const json& overrides) {
+  if (overrides.is_null() || overrides.empty()) return std::string();
+  static const std::map<std::pair<std::string, std::string>, std::string> flags = {
+      {{"model", "n_layers"}, "--layers"},
+      {{"model", "token_shift"}, "--token-shift"},
+      {{"train", "steps"}, "--steps"},
+      {{"train", "dense_warmup_steps"}, "--dense-warmup"}};
+  std::string out;
+  for (const auto& [section, fields] : overrides.items()) {
+    if (!fields.is_object()) return std::nullopt;
+    for (const auto& [field, value] : fields.items()) {
+      const auto f = flags.find({section, field});
+      if (f == flags.end() || !value.is_number_integer()) return std::nullopt;
+      out += fmt::format(" {} {}", f->second, value.get<int64_t>());
+    }
+  }
+  return out;
+}
+}  // namespace
+
 json study_mitigations(const std::vector<json>& rows, const std::string& reference) {
   const std::vector<std::string> protocols = {"prefix", "in-sequence"};
   json out;
@@ -733,10 +764,14 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
       if (!p) continue;
       const std::string preset = r["preset"], dir = "runs/" + r["id"].get<std::string>();
       const std::string tag = r.value("tag", "");
+      // rows before 2026-12-06 carry no overrides: their tagged runs are redone through the study
+      const std::optional<std::string> flags =
+          tag.empty() ? std::optional<std::string>("") : train_flags(r.value("overrides", json(nullptr)));
       flat.push_back(
           {{"preset", preset},
            {"seed", r["seed"]},
            {"tag", tag},
+           {"variant", tag.empty() ? preset : preset + "-" + tag},  // the unit of every aggregate below
            {"family", r.value("family", "")},
            {"protocol", protocol},
            {"kv_bytes_per_token", r["kv_bytes_per_token"]},
@@ -752,48 +787,51 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
            {"val_loss", r["val_loss"]},
            {"train_seconds", r["train_seconds"]},
            {"commit", r.value("commit", "")},
-           {"command", tag.empty()
-                           ? fmt::format("phasescope train --preset {} --seed {} --out {} && phasescope eval "
-                                         "--checkpoint {} --protocol {} --samples {} --R {} --bootstrap 2000 "
-                                         "--seed 1 --out {}/eval-{}",
-                                         preset, r["seed"].get<uint64_t>(), dir, dir, protocol,
-                                         (*p)["n"].get<int64_t>(), (*p).value("R", kR), dir, protocol)
-                           : "phasescope study --grid mitigations (run " + r["id"].get<std::string>() +
-                                 ": the preset with the grid's overrides)"}});
+           {"command",
+            flags ? fmt::format("phasescope train --preset {} --seed {}{} --out {} && phasescope eval "
+                                "--checkpoint {} --protocol {} --samples {} --R {} --bootstrap 2000 "
+                                "--seed 1 --out {}/eval-{}",
+                                preset, r["seed"].get<uint64_t>(), *flags, dir, dir, protocol,
+                                (*p)["n"].get<int64_t>(), (*p).value("R", kR), dir, protocol)
+                  : "phasescope study --grid mitigations (run " + r["id"].get<std::string>() +
+                        ": the preset with the grid's overrides)"}});
     }
   out["rows"] = flat;
 
-  // per preset and protocol over seeds
+  // per variant (preset and tag: a tag is another recipe, e.g. a dense warm-up) and protocol over seeds
   auto avg = [](const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;
     return v.empty() ? std::nan("") : s / double(v.size());
   };
-  std::vector<std::string> order;
-  for (const json& r : flat)
-    if (std::find(order.begin(), order.end(), r["preset"].get<std::string>()) == order.end())
-      order.push_back(r["preset"]);
+  std::vector<std::string> order, preset_names;  // variants and presets, in row order
+  for (const json& r : flat) {
+    if (std::find(order.begin(), order.end(), r["variant"].get<std::string>()) == order.end())
+      order.push_back(r["variant"]);
+    if (std::find(preset_names.begin(), preset_names.end(), r["preset"].get<std::string>()) ==
+        preset_names.end())
+      preset_names.push_back(r["preset"]);
+  }
   json presets = json::array(), frontier = json::array();
-  for (const std::string& preset : order) {
+  for (const std::string& variant : order) {
     std::vector<double> worst_all, mean_all;
     double kv = 0;
-    std::string family;
+    std::string family, preset, tag;
     for (const std::string& protocol : protocols) {
       std::map<std::string, std::vector<double>> f;
       std::vector<uint64_t> seeds;
       for (const json& r : flat)
-        if (r["preset"] == preset && r["protocol"] == protocol && r["tag"] == "") {
+        if (r["variant"] == variant && r["protocol"] == protocol) {
+          preset = r["preset"];
+          tag = r["tag"];
           for (const char* k : {"mean", "worst", "gap", "val_loss"}) f[k].push_back(r[k].get<double>());
           seeds.push_back(r["seed"]);
           kv = r["kv_bytes_per_token"];
           family = r["family"];
         }
       if (seeds.empty()) continue;
-      json e = {{"preset", preset},
-                {"family", family},
-                {"protocol", protocol},
-                {"seeds", seeds},
-                {"kv_bytes_per_token", kv}};
+      json e = {{"preset", preset},     {"tag", tag},     {"variant", variant},      {"family", family},
+                {"protocol", protocol}, {"seeds", seeds}, {"kv_bytes_per_token", kv}};
       for (auto& [k, v] : f)
         e[k] = {{"mean", avg(v)},
                 {"min", *std::min_element(v.begin(), v.end())},
@@ -804,6 +842,8 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
     }
     if (!worst_all.empty())
       frontier.push_back({{"preset", preset},
+                          {"tag", tag},
+                          {"variant", variant},
                           {"family", family},
                           {"kv_bytes_per_token", kv},
                           {"worst", avg(worst_all)},
@@ -821,12 +861,19 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
       "paired (nothing to double or halve). The reference is " +
       reference +
       ", except for a candidate named BASE-x where preset BASE has rows here (a fix carried over to "
-      "another design, e.g. dsv4-csa-coverage against dsv4-csa)";
+      "another design, e.g. dsv4-csa-coverage against dsv4-csa); a candidate run with a grid tag (another "
+      "recipe, e.g. a dense warm-up) is paired with the reference's run of the same tag and seed";
   json goal = json::array();
-  for (const std::string& preset : order) {
+  for (const std::string& variant : order) {
+    std::string preset, tag;
+    for (const json& r : flat)
+      if (r["variant"] == variant) {
+        preset = r["preset"];
+        tag = r["tag"];
+      }
     std::string base = reference;  // the longest other preset that `preset` extends as BASE-x
     size_t base_len = 0;
-    for (const std::string& other : order)
+    for (const std::string& other : preset_names)
       if (other != preset && other.size() > base_len && preset.rfind(other + "-", 0) == 0) {
         base = other;
         base_len = other.size();
@@ -836,7 +883,7 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
     bool candidate = false;
     for (const json& r : flat) {
       const std::string fam = r["family"];
-      if (r["preset"] == preset &&
+      if (r["variant"] == variant &&
           (fam.rfind("candidate", 0) == 0 || (fam.rfind("carry-over", 0) == 0 && base != reference)))
         candidate = true;
     }
@@ -846,10 +893,10 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
       int pass = 0, paired = 0;
       bool equal_memory = true;
       for (const json& c : flat) {
-        if (c["preset"] != preset || c["protocol"] != protocol || c["tag"] != "") continue;
+        if (c["variant"] != variant || c["protocol"] != protocol) continue;
         const json* ref = nullptr;
         for (const json& q : flat)
-          if (q["preset"] == base && q["protocol"] == protocol && q["seed"] == c["seed"] && q["tag"] == "")
+          if (q["preset"] == base && q["protocol"] == protocol && q["seed"] == c["seed"] && q["tag"] == tag)
             ref = &q;
         if (!ref || num(*ref, "mean") < kLearned) continue;
         ++paired;
@@ -878,7 +925,9 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
                                   : pass == paired ? "meets"
                                                    : "does not meet";
       goal.push_back({{"preset", preset},
-                      {"reference", base},
+                      {"tag", tag},
+                      {"variant", variant},
+                      {"reference", tag.empty() ? base : base + "-" + tag},
                       {"protocol", protocol},
                       {"paired_seeds", paired},
                       {"seeds_passing", pass},
@@ -910,12 +959,12 @@ std::string study_format_mitigations(const json& m) {
   };
   for (const json& e : m["presets"])
     t += fmt::format("{:<20} {:<12} {:>5} {:>8.2f} {:>18} {:>18} {:>18} {:>7.3f}\n",
-                     e["preset"].get<std::string>(), e["protocol"].get<std::string>(), e["seeds"].size(),
+                     e["variant"].get<std::string>(), e["protocol"].get<std::string>(), e["seeds"].size(),
                      e["kv_bytes_per_token"].get<double>(), cell(e["mean"]), cell(e["worst"]), cell(e["gap"]),
                      e["val_loss"]["mean"].get<double>());
   t += "goal: " + m["goal_rule"].get<std::string>() + "\n";
   for (const json& g : m["goal"])
-    t += fmt::format("  {:<20} {:<12} vs {:<10} {} ({} of {} seeds pass)\n", g["preset"].get<std::string>(),
+    t += fmt::format("  {:<20} {:<12} vs {:<10} {} ({} of {} seeds pass)\n", g["variant"].get<std::string>(),
                      g["protocol"].get<std::string>(), g["reference"].get<std::string>(),
                      g["verdict"].get<std::string>(), g["seeds_passing"].get<int>(),
                      g["paired_seeds"].get<int>());

@@ -104,11 +104,12 @@ nlohmann::json study_findings(const std::vector<nlohmann::json>& rows);
 // issue 14: the mitigation rows as docs/mitigations/results.json wants them, from rows (row.json objects)
 // whose reference is preset `reference`: "rows" (one per run and protocol: preset, seed, protocol,
 // kv_bytes_per_token at 128K, mean, worst, gap with intervals, val_loss, train_seconds, and the commands
-// that reproduce the run, with the prompts and residues the row was scored on), "presets" (per preset and
-// protocol over seeds: mean of each figure and its min..max), "frontier" (per preset: KV bytes per token,
-// worst and mean averaged over seeds and protocols) and "goal": per candidate (family "candidate...", or
-// "carry-over..." for a preset BASE-x judged against BASE) and protocol, the issue's target checked on
-// every seed against the reference of the same seed, with the rule stated. Pure: tests feed rows.
+// that reproduce the run, with the prompts and residues the row was scored on), "presets" (per variant =
+// preset[-tag] and protocol over seeds: mean of each figure and its min..max), "frontier" (per variant: KV
+// bytes per token, worst and mean averaged over seeds and protocols) and "goal": per candidate variant
+// (family "candidate...", or "carry-over..." for a preset BASE-x judged against BASE) and protocol, the
+// issue's target checked on every seed against the reference's run of the same seed and tag (a tag is
+// another recipe, e.g. a dense warm-up), with the rule stated. Pure: tests feed rows.
 nlohmann::json study_mitigations(const std::vector<nlohmann::json>& rows, const std::string& reference);
 
 // Where the weak phases sit relative to the static gates: for each chunked W = S row with explain gates,
