@@ -135,12 +135,18 @@ StudyGrid study_grid(const std::string& name, const std::vector<uint64_t>& seeds
     // vector gates, tied K/V: a design that learns at this recipe); then coverage on the DeepSeek-V4 mix
     add("deepseek-style-stagger", three, "carry-over: staggered grids", "");
     add("deepseek-style", three, "carry-over: reference", "DeepSeek-style kernel");
-    // the DeepSeek-V4 mix, last: judged against dsv4-csa, the preset its name extends. At the study's
-    // recipe dsv4-csa does not learn the task (3 of 3 seeds at chance), and neither does its dense twin
-    // (so a dense warm-up cannot carry it: docs/mitigations/README.md); until a recipe under which it
-    // learns, these rows cannot say whether a fix carries over
-    add("dsv4-csa-coverage", three, "carry-over: head coverage", "");
+    // the DeepSeek-V4 CSA mix, judged against the preset each name extends. The 4-layer dsv4-csa does not
+    // learn the task at the study's recipe (3 of 3 seeds at chance; its dense twin does not learn either:
+    // docs/mitigations/README.md), so the fixes go to the same mix at the study's depth, dsv4-csa-2l
+    // (a window-only layer, then one CSA layer), seed by seed. The coverage term needs two gates of one
+    // branch and this mix has one compressor, so the two carried fixes are the token shift and the
+    // static-gate entropy bonus (both reach its compressor; staggered grids are chunked-only).
     add("dsv4-csa", three, "carry-over: reference", "");
+    for (uint64_t s : three) {
+      add("dsv4-csa-2l", {s}, "carry-over: reference", "");
+      add("dsv4-csa-2l-shift", {s}, "carry-over: token shift", "");
+      add("dsv4-csa-2l-entropy", {s}, "carry-over: static-gate entropy bonus", "");
+    }
   } else {
     const std::string fix =
         "pass --grid paper, --grid quick, --grid mitigations, or a grid file {\"name\", \"toy\", \"runs\": "
