@@ -126,6 +126,8 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
   for (uint64_t seed : {42, 43, 44}) {
     rows.push_back(row("mix", seed, "carry-over: reference", 20.0, 0.40, 0.04, 0.50));
     rows.push_back(row("mix-fix", seed, "carry-over: x", 20.0, 0.45, 0.09, 0.20));
+    // another carried-over reference whose name extends mix is still a reference, not a candidate
+    rows.push_back(row("mix-small", seed, "carry-over: reference", 10.0, 0.30, 0.20, 0.10));
   }
   // another recipe (a grid tag, e.g. a dense warm-up) is paired with the reference run of the same tag:
   // against mix-warm (worst 1%, gap 90) the tagged fix meets; against untagged mix (worst 4%) it would not
@@ -167,9 +169,10 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
   EXPECT_EQ(verdict["almost/in-sequence"], "does not meet");
   EXPECT_EQ(verdict["costly/prefix"], "not at equal memory");
   EXPECT_EQ(verdict["two-seeds/prefix"], "inconclusive (fewer than 3 paired seeds)");
-  EXPECT_EQ(verdict.count("w8s4-1kv/prefix"), 0u);  // baselines are not judged
-  EXPECT_EQ(verdict["mix-fix/prefix"], "meets");    // against mix (20 B/token), not w8s8-1kv
-  EXPECT_EQ(verdict.count("mix/prefix"), 0u);       // a carried-over reference is not judged
+  EXPECT_EQ(verdict.count("w8s4-1kv/prefix"), 0u);   // baselines are not judged
+  EXPECT_EQ(verdict["mix-fix/prefix"], "meets");     // against mix (20 B/token), not w8s8-1kv
+  EXPECT_EQ(verdict.count("mix/prefix"), 0u);        // a carried-over reference is not judged
+  EXPECT_EQ(verdict.count("mix-small/prefix"), 0u);  // nor one whose name extends another design's
   // against a reference that has not learned the task (mean below 10%) no seed is paired
   for (json& r : rows)
     if (r["preset"] == "mix")

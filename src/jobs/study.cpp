@@ -876,13 +876,15 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
         base = other;
         base_len = other.size();
       }
-    // judged: every "candidate..." row, and a "carry-over..." row that extends another preset here (the
-    // carried-over design's own reference, e.g. dsv4-csa, is not a candidate)
+    // judged: every "candidate..." row, and a "carry-over..." row that extends another preset here; a
+    // carried-over design's own reference ("carry-over: reference", e.g. dsv4-csa or dsv4-csa-2l, even
+    // when its name extends another design's) is not a candidate
     bool candidate = false;
     for (const json& r : flat) {
       const std::string fam = r["family"];
       if (r["variant"] == variant &&
-          (fam.rfind("candidate", 0) == 0 || (fam.rfind("carry-over", 0) == 0 && base != reference)))
+          (fam.rfind("candidate", 0) == 0 ||
+           (fam.rfind("carry-over", 0) == 0 && fam != "carry-over: reference" && base != reference)))
         candidate = true;
     }
     if (!candidate) continue;
