@@ -61,9 +61,11 @@ std::string pct(double f) { return std::isfinite(f) ? fmt::format("{:.1f}", 100 
 
 }  // namespace
 
-std::string StudyRun::id() const {
-  return preset + (tag.empty() ? "" : "-" + tag) + "@" + std::to_string(seed);
+std::string study_variant(const std::string& preset, const std::string& tag) {
+  return tag.empty() ? preset : preset + "-" + tag;
 }
+
+std::string StudyRun::id() const { return study_variant(preset, tag) + "@" + std::to_string(seed); }
 
 // ---------------------------------------------------------------------------------------------- grids
 
@@ -769,7 +771,7 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
           {{"preset", preset},
            {"seed", r["seed"]},
            {"tag", tag},
-           {"variant", tag.empty() ? preset : preset + "-" + tag},  // the unit of every aggregate below
+           {"variant", study_variant(preset, tag)},  // the unit of every aggregate below
            {"family", r.value("family", "")},
            {"protocol", protocol},
            {"kv_bytes_per_token", r["kv_bytes_per_token"]},
@@ -803,8 +805,9 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
     return v.empty() ? std::nan("") : s / double(v.size());
   };
   std::vector<std::string> order, preset_names;  // variants and presets, in row order
+  std::map<std::string, std::pair<std::string, std::string>> preset_tag;  // variant -> (preset, tag)
   for (const json& r : flat) {
-    if (std::find(order.begin(), order.end(), r["variant"].get<std::string>()) == order.end())
+    if (preset_tag.emplace(r["variant"], std::pair<std::string, std::string>(r["preset"], r["tag"])).second)
       order.push_back(r["variant"]);
     if (std::find(preset_names.begin(), preset_names.end(), r["preset"].get<std::string>()) ==
         preset_names.end())
@@ -812,16 +815,15 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
   }
   json presets = json::array(), frontier = json::array();
   for (const std::string& variant : order) {
+    const auto& [preset, tag] = preset_tag.at(variant);
     std::vector<double> worst_all, mean_all;
     double kv = 0;
-    std::string family, preset, tag;
+    std::string family;
     for (const std::string& protocol : protocols) {
       std::map<std::string, std::vector<double>> f;
       std::vector<uint64_t> seeds;
       for (const json& r : flat)
         if (r["variant"] == variant && r["protocol"] == protocol) {
-          preset = r["preset"];
-          tag = r["tag"];
           for (const char* k : {"mean", "worst", "gap", "val_loss"}) f[k].push_back(r[k].get<double>());
           seeds.push_back(r["seed"]);
           kv = r["kv_bytes_per_token"];
@@ -863,12 +865,7 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
       "recipe, e.g. a dense warm-up) is paired with the reference's run of the same tag and seed";
   json goal = json::array();
   for (const std::string& variant : order) {
-    std::string preset, tag;
-    for (const json& r : flat)
-      if (r["variant"] == variant) {
-        preset = r["preset"];
-        tag = r["tag"];
-      }
+    const auto& [preset, tag] = preset_tag.at(variant);
     std::string base = reference;  // the longest other preset that `preset` extends as BASE-x
     size_t base_len = 0;
     for (const std::string& other : preset_names)
@@ -927,7 +924,7 @@ json study_mitigations(const std::vector<json>& rows, const std::string& referen
       goal.push_back({{"preset", preset},
                       {"tag", tag},
                       {"variant", variant},
-                      {"reference", tag.empty() ? base : base + "-" + tag},
+                      {"reference", study_variant(base, tag)},
                       {"protocol", protocol},
                       {"paired_seeds", paired},
                       {"seeds_passing", pass},

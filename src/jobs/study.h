@@ -30,8 +30,12 @@ struct StudyRun {
   std::string paper;                   // the paper's name of this run ("W8/S8 · 1 KV"), "" = ours only
   std::string tag;                     // distinguishes runs of one preset and seed with other overrides
   nlohmann::json overrides = nullptr;  // merge patch on the preset JSON (e.g. {"train": {"steps": 400}})
-  std::string id() const;              // "<preset>[-<tag>]@<seed>": the run's folder name
+  std::string id() const;              // "<variant>@<seed>": the run's folder name
 };
+
+// "<preset>[-<tag>]": a preset under one recipe (a tag names the grid's overrides); study_mitigations
+// aggregates over seeds per variant.
+std::string study_variant(const std::string& preset, const std::string& tag);
 
 struct StudyGrid {
   std::string name;
