@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "core/io.h"
 #include "report/html.h"
 #include "report/phase_plot.h"
@@ -15,7 +16,6 @@ namespace phasescope {
 
 namespace {
 
-std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}", 100 * v) : "-"; }
 std::string with_ci(double v, const Interval& i) {
   return pct(v) + " [" + pct(i.lo) + ", " + pct(i.hi) + "]";
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "core/io.h"
 #include "core/json_fields.h"
 #include "eval/journal.h"
@@ -91,7 +92,6 @@ struct Reader {
   }
 };
 
-std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}", 100 * v) : "-"; }
 std::string pct_ci(const Interval& i) { return "[" + pct(i.lo) + ", " + pct(i.hi) + "]"; }
 std::string period_text(const PeriodResult& p, int R) {
   if (p.P == 0) return "none";

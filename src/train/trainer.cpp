@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "core/io.h"
 #include "core/json_fields.h"
 #include "data/tasks.h"
@@ -158,12 +159,6 @@ std::vector<double> layer_grad_norms(DecoderImpl& model, int64_t n_layers) {
   }
   for (double& v : sq) v = std::sqrt(v);
   return sq;
-}
-
-std::string fmt_duration(double s) {
-  if (s < 0 || !std::isfinite(s)) return "?";
-  int m = int(s / 60), sec = int(s) % 60;
-  return m > 0 ? fmt::format("{}m{:02d}s", m, sec) : fmt::format("{}s", sec);
 }
 
 }  // namespace
