@@ -1,7 +1,9 @@
-// json_fields.h — strict JSON <-> plain-struct mapping through one table of fields per struct,
-// used by every config (attention, model, task, train) so both directions share one list.
-// Strict: an unknown key or a wrong type is an Error naming `where`, the field and the fix.
-// Not a general serializer: scalar members (bool, integers, floating point, std::string) only.
+// json_fields.h — the one way phasescope reads a JSON field: json_get / json_get_or for a single typed
+// field, and strict JSON <-> plain-struct mapping through one table of fields per struct (every config:
+// attention, model, task, train), so both directions share one list. One type test (json_is) decides
+// what counts as a bool, an integer, a number, a string or a list of integers everywhere.
+// Strict: a missing required field, an unknown key or a wrong type is an Error naming `where`, the
+// field and the fix. Not a general serializer: scalar members and lists of integers only.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -73,6 +75,121 @@ inline std::string json_closest_name(const std::string& key, const std::vector<s
   return best;
 }
 
+// ---------------------------------------------------------------------------------------- single fields
+// T is bool, an integer type, double, std::string or std::vector<int>.
+
+// The one type test: does v hold a T? Integers are any JSON integer (json_as checks T's range); numbers
+// are finite (the parser already refuses 1e400).
+template <class T>
+bool json_is(const nlohmann::json& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.is_boolean();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string();
+  } else if constexpr (std::is_integral_v<T>) {
+    return v.is_number_integer();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return v.is_number() && std::isfinite(v.get<double>());
+  } else {
+    static_assert(std::is_same_v<T, std::vector<int>>, "json_is: unsupported type");
+    if (!v.is_array()) return false;
+    for (const nlohmann::json& e : v)
+      if (!e.is_number_integer()) return false;
+    return true;
+  }
+}
+
+// What a T is called in messages: "a boolean", "an integer", "a number", "a string", "a list of integers".
+template <class T>
+const char* json_kind() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_integral_v<T>) return "an integer";
+  if constexpr (std::is_floating_point_v<T>) return "a number";
+  return "a list of integers";
+}
+
+// An integer value that fits in T (an int field refuses 2147483648 instead of wrapping it).
+template <class T>
+bool json_fits(const nlohmann::json& v) {
+  const double lo = double(std::numeric_limits<T>::min()), hi = double(std::numeric_limits<T>::max());
+  return v.is_number_unsigned() ? double(v.get<uint64_t>()) <= hi
+                                : double(v.get<int64_t>()) >= lo && double(v.get<int64_t>()) <= hi;
+}
+
+// v holds a T that fits: the test json_as passes without building any message (readers of long files
+// call it once per field).
+template <class T>
+bool json_ok(const nlohmann::json& v) {
+  if (!json_is<T>(v)) return false;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return json_fits<T>(v);
+  if constexpr (std::is_same_v<T, std::vector<int>>)
+    for (const nlohmann::json& e : v)
+      if (!json_fits<int>(e)) return false;
+  return true;
+}
+
+// v as a T, or an Error "<where>: expected an integer, got "ten". Fix: <fix>" (`where` names the file
+// and the field). Integers out of T's range are refused with the range.
+template <class T>
+T json_as(const nlohmann::json& v, const std::string& where, const std::string& fix) {
+  if (json_ok<T>(v)) return v.get<T>();
+  if (!json_is<T>(v)) {
+    const std::string got = v.is_structured() ? std::string(v.type_name()) : v.dump();
+    fail(where, std::string("expected ") + json_kind<T>() + ", got " + got, fix);
+  }
+  // a T, but an integer in it does not fit
+  using I = std::conditional_t<std::is_same_v<T, std::vector<int>>, int, T>;
+  std::string what = "integer " + v.dump();
+  if constexpr (std::is_same_v<T, std::vector<int>>) what = "an integer in " + v.dump();
+  if constexpr (std::is_integral_v<I> && !std::is_same_v<I, bool>)
+    what += " is outside [" + std::to_string(std::numeric_limits<I>::min()) + ", " +
+            std::to_string(std::numeric_limits<I>::max()) + "]";
+  fail(where, what, "write a value in that range");
+}
+
+// A number that may be written null: how results.json and journals store a value that was not finite
+// (an empty residue's accuracy, the logprob of a failed sample). null -> NaN.
+inline double json_number_or_nan(const nlohmann::json& v, const std::string& where, const std::string& fix) {
+  return v.is_null() ? std::nan("") : json_as<double>(v, where, fix);
+}
+
+// obj has `key` with a value other than null.
+inline bool json_present(const nlohmann::json& obj, const std::string& key) {
+  return obj.is_object() && obj.contains(key) && !obj.at(key).is_null();
+}
+
+// "<where> field '<key>'": how every reader names a field in its errors.
+inline std::string json_where(const std::string& where, const std::string& key) {
+  return where + " field '" + key + "'";
+}
+
+// The value of a required field (null included); missing -> an Error naming `where`, the field and `fix`.
+inline const nlohmann::json& json_at(const nlohmann::json& obj, const std::string& key,
+                                     const std::string& where, const std::string& fix) {
+  if (!obj.is_object() || !obj.contains(key)) fail(json_where(where, key), "is missing", fix);
+  return obj.at(key);
+}
+
+// A required field as a T: missing or of the wrong type -> an Error naming `where`, the field and `fix`.
+template <class T>
+T json_get(const nlohmann::json& obj, const std::string& key, const std::string& where,
+           const std::string& fix) {
+  const nlohmann::json& v = json_at(obj, key, where, fix);
+  return json_ok<T>(v) ? v.get<T>() : json_as<T>(v, json_where(where, key), fix);
+}
+
+// An optional field as a T: absent or null -> `dflt`; of the wrong type -> an Error as json_get's.
+template <class T>
+T json_get_or(const nlohmann::json& obj, const std::string& key, const T& dflt, const std::string& where,
+              const std::string& fix) {
+  if (!json_present(obj, key)) return dflt;
+  const nlohmann::json& v = obj.at(key);
+  return json_ok<T>(v) ? v.get<T>() : json_as<T>(v, json_where(where, key), fix);
+}
+
+// ---------------------------------------------------------------------------------------- struct tables
+
 template <class S>
 struct JsonField {
   std::function<nlohmann::json(const S&)> get;
@@ -87,35 +204,7 @@ JsonField<S> json_field(T S::*member) {
   JsonField<S> f;
   f.get = [member](const S& s) { return nlohmann::json(s.*member); };
   f.set = [member](S& s, const nlohmann::json& v, const std::string& where) {
-    const char* type = "number";
-    bool ok = false;
-    if constexpr (std::is_same_v<T, bool>) {
-      type = "boolean";
-      ok = v.is_boolean();
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      type = "string";
-      ok = v.is_string();
-    } else if constexpr (std::is_integral_v<T>) {
-      type = "integer";
-      // in T's range: a value that would wrap (2147483648 into an int) is refused, never stored
-      const double lo = double(std::numeric_limits<T>::min()), hi = double(std::numeric_limits<T>::max());
-      ok = v.is_number_integer() &&
-           (v.is_number_unsigned() ? double(v.get<uint64_t>()) <= hi
-                                   : double(v.get<int64_t>()) >= lo && double(v.get<int64_t>()) <= hi);
-      if (v.is_number_integer() && !ok)
-        fail(where,
-             "integer " + v.dump() + " is outside [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
-                 std::to_string(std::numeric_limits<T>::max()) + "]",
-             "write a value in that range");
-    } else {
-      ok = v.is_number() && std::isfinite(v.get<double>());
-    }
-    if (!ok) {
-      const std::string got = v.is_structured() ? std::string(v.type_name()) : v.dump();
-      fail(where, std::string("expected ") + (type[0] == 'i' ? "an " : "a ") + type + ", got " + got,
-           std::string(type[0] == 'i' ? "write an " : "write a ") + type);
-    }
-    s.*member = v.get<T>();
+    s.*member = json_as<T>(v, where, std::string("write ") + json_kind<T>());
   };
   return f;
 }

@@ -55,64 +55,42 @@ nlohmann::json journal_record_to_json(const JournalRecord& r) {
 }
 
 JournalRecord journal_record_from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, "a journal line must be a JSON object", "delete the line or the journal");
+  static const std::string fix =
+      "this is not a phasescope journal line; delete the journal (or the line) and rerun";
+  auto number_or_nan = [&](const nlohmann::json& v, const char* key) {
+    return json_number_or_nan(v, json_where(where, key), fix);
+  };
   JournalRecord r;
-  const char* field = "";
-  try {
-    if (!j.is_object()) fail(where, "a journal line must be a JSON object", "delete the line or the journal");
-    field = "id";
-    r.id = j.at(field).get<int64_t>();
-    field = "seed";
-    r.seed = j.at(field).get<uint64_t>();
-    field = "base";
-    r.base = j.at(field).get<int>();
-    field = "cluster";
-    r.cluster = j.at(field).get<std::string>();
-    field = "R";
-    r.R = j.at(field).get<int>();
-    field = "residue";
-    r.residue = j.at(field).get<int>();
-    field = "target_pos";
-    r.target_pos = j.at(field).get<int64_t>();
-    field = "query_pos";
-    r.query_pos = j.at(field).get<int64_t>();
-    field = "prompt_len";
-    r.prompt_len = j.at(field).get<int64_t>();
-    field = "shift";
-    r.shift = j.value(field, 0);
-    field = "expected";
-    r.expected = j.at(field).get<int>();
-    field = "answer";
-    r.answer = j.at(field).get<int>();
-    field = "logprob";
-    r.logprob = j.at(field).is_null() ? std::nan("") : j.at(field).get<double>();
-    field = "topk";
-    for (const auto& e : j.at(field))
-      r.topk.emplace_back(e.at(0).get<int>(), e.at(1).is_null() ? std::nan("") : e.at(1).get<double>());
-    field = "ms";
-    r.ms = j.at(field).get<double>();
-    field = "error";
-    r.error = j.at(field).get<std::string>();
-    field = "protocol";
-    r.protocol = j.at(field).get<std::string>();
-    field = "model";
-    r.model = j.at(field).get<std::string>();
-    field = "layout";
-    r.layout = j.value(field, std::string());
-    field = "tokens_hash";
-    r.tokens_hash = j.value(field, std::string());
-    field = "expected_seq";
-    if (j.contains(field)) r.expected_seq = j.at(field).get<std::vector<int>>();
-    field = "answer_seq";
-    if (j.contains(field)) r.answer_seq = j.at(field).get<std::vector<int>>();
-    field = "logprob_seq";
-    if (j.contains(field))
-      for (const auto& e : j.at(field)) r.logprob_seq.push_back(e.is_null() ? std::nan("") : e.get<double>());
-    field = "expected_text";
-    r.expected_text = j.value(field, std::string());
-  } catch (const nlohmann::json::exception& e) {
-    fail(where, std::string("field '") + field + "' is missing or has the wrong type (" + e.what() + ")",
-         "this is not a phasescope journal line; delete the journal (or the line) and rerun");
+  r.id = json_get<int64_t>(j, "id", where, fix);
+  r.seed = json_get<uint64_t>(j, "seed", where, fix);
+  r.base = json_get<int>(j, "base", where, fix);
+  r.cluster = json_get<std::string>(j, "cluster", where, fix);
+  r.R = json_get<int>(j, "R", where, fix);
+  r.residue = json_get<int>(j, "residue", where, fix);
+  r.target_pos = json_get<int64_t>(j, "target_pos", where, fix);
+  r.query_pos = json_get<int64_t>(j, "query_pos", where, fix);
+  r.prompt_len = json_get<int64_t>(j, "prompt_len", where, fix);
+  r.shift = json_get_or<int>(j, "shift", 0, where, fix);
+  r.expected = json_get<int>(j, "expected", where, fix);
+  r.answer = json_get<int>(j, "answer", where, fix);
+  r.logprob = number_or_nan(json_at(j, "logprob", where, fix), "logprob");
+  for (const auto& e : json_at(j, "topk", where, fix)) {  // [[token, logprob or null], ...]
+    if (!e.is_array() || e.size() != 2)
+      fail(json_where(where, "topk"), "expected [token, logprob] pairs", fix);
+    r.topk.emplace_back(json_as<int>(e[0], json_where(where, "topk"), fix), number_or_nan(e[1], "topk"));
   }
+  r.ms = json_get<double>(j, "ms", where, fix);
+  r.error = json_get<std::string>(j, "error", where, fix);
+  r.protocol = json_get<std::string>(j, "protocol", where, fix);
+  r.model = json_get<std::string>(j, "model", where, fix);
+  r.layout = json_get_or<std::string>(j, "layout", "", where, fix);
+  r.tokens_hash = json_get_or<std::string>(j, "tokens_hash", "", where, fix);
+  r.expected_seq = json_get_or<std::vector<int>>(j, "expected_seq", {}, where, fix);
+  r.answer_seq = json_get_or<std::vector<int>>(j, "answer_seq", {}, where, fix);
+  if (json_present(j, "logprob_seq"))
+    for (const auto& e : j.at("logprob_seq")) r.logprob_seq.push_back(number_or_nan(e, "logprob_seq"));
+  r.expected_text = json_get_or<std::string>(j, "expected_text", "", where, fix);
   if (r.R < 1 || r.residue < 0 || r.residue >= r.R || r.target_pos % r.R != r.residue)
     fail(where, fmt::format("residue {} does not match target_pos {} mod R {}", r.residue, r.target_pos, r.R),
          "the journal is corrupt or was edited; delete it and rerun");

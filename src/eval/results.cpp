@@ -36,40 +36,33 @@ nlohmann::json test_json(const TestResult& t) {
           {"n_used", t.n_used}};
 }
 
-// Reading: every access names the field in the error.
+// Reading goes through core/json_fields.h, so every error names the file and the field. Bound here: the
+// file's name and its two fixes (a missing field: rewrite; a wrong type: fix or rewrite). A number that
+// was not finite (an empty residue's accuracy) is written null and read back as NaN.
 struct Reader {
   std::string where;
+  std::string fix_missing() const {
+    return "rewrite the file with `phasescope eval` (schema " + std::string(kResultsSchema) + " v1)";
+  }
+  static constexpr const char* kFixType = "fix or rewrite the file";
   const nlohmann::json& at(const nlohmann::json& j, const char* key) const {
-    if (!j.is_object() || !j.contains(key))
-      fail(where, std::string("field '") + key + "' is missing",
-           "rewrite the file with `phasescope eval` (schema " + std::string(kResultsSchema) + " v1)");
-    return j.at(key);
+    return json_at(j, key, where, fix_missing());
   }
-  double d(const nlohmann::json& j, const char* key) const {
-    const auto& v = at(j, key);
-    if (v.is_null()) return std::nan("");
-    if (!v.is_number())
-      fail(where, std::string("field '") + key + "' must be a number", "fix or rewrite the file");
-    return v.get<double>();
+  template <class T>
+  T get(const nlohmann::json& j, const char* key) const {
+    return json_as<T>(at(j, key), json_where(where, key), kFixType);
   }
-  int64_t i(const nlohmann::json& j, const char* key) const {
-    const auto& v = at(j, key);
-    if (!v.is_number_integer())
-      fail(where, std::string("field '") + key + "' must be an integer", "fix or rewrite the file");
-    return v.get<int64_t>();
+  double number_or_nan(const nlohmann::json& v, const char* key) const {
+    return json_number_or_nan(v, json_where(where, key), kFixType);
   }
-  std::string s(const nlohmann::json& j, const char* key) const {
-    const auto& v = at(j, key);
-    if (!v.is_string())
-      fail(where, std::string("field '") + key + "' must be a string", "fix or rewrite the file");
-    return v.get<std::string>();
-  }
+  double d(const nlohmann::json& j, const char* key) const { return number_or_nan(at(j, key), key); }
+  int64_t i(const nlohmann::json& j, const char* key) const { return get<int64_t>(j, key); }
+  std::string s(const nlohmann::json& j, const char* key) const { return get<std::string>(j, key); }
   Interval iv(const nlohmann::json& j, const char* key) const {
     const auto& v = at(j, key);
     if (!v.is_array() || v.size() != 2)
-      fail(where, std::string("field '") + key + "' must be [low, high]", "fix or rewrite the file");
-    return {v[0].is_null() ? std::nan("") : v[0].get<double>(),
-            v[1].is_null() ? std::nan("") : v[1].get<double>()};
+      fail(json_where(where, key), "must be [low, high], got " + v.dump(), kFixType);
+    return {number_or_nan(v[0], key), number_or_nan(v[1], key)};
   }
   ResidueStat rs(const nlohmann::json& j, const char* index_name) const {
     ResidueStat s;
@@ -220,7 +213,7 @@ EvalResults results_from_json(const nlohmann::json& j, const std::string& where)
   s.gap_null_q95 = rd.d(gn, "q95");
   const auto& boot = rd.at(j, "bootstrap");
   s.bootstrap = static_cast<int>(rd.i(boot, "replicates"));
-  s.bootstrap_seed = rd.at(boot, "seed").get<uint64_t>();
+  s.bootstrap_seed = rd.get<uint64_t>(boot, "seed");
   s.mean_abs_diff_S = rd.d(j, "mean_abs_diff_S");
   const auto& per = rd.at(j, "period");
   s.period.P = static_cast<int>(rd.i(per, "P"));

@@ -18,79 +18,65 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A typed config field: absent -> keep the default; present with the wrong type -> an error naming it.
-template <class T>
-void field(const json& j, const std::string& key, T& out, const std::string& where) {
-  if (!j.contains(key) || j[key].is_null()) return;
-  const json& v = j[key];
-  bool ok = false;
-  if constexpr (std::is_same_v<T, int>)
-    ok = v.is_number_integer();
-  else if constexpr (std::is_same_v<T, double>)
-    ok = v.is_number();
-  else if constexpr (std::is_same_v<T, std::vector<int>>) {
-    ok = v.is_array();
-    for (const auto& e : v) ok = ok && e.is_number_integer();
-  }
-  if (!ok)
-    fail(where + " field '" + key + "'", "has the wrong type (" + std::string(v.type_name()) + ")",
-         "write it as the official config does (an integer, a number or a list of integers)");
-  out = v.get<T>();
-}
+// Every config field is read with json_get_or: absent or null keeps V4Args' default, a wrong type is an
+// error naming the file and the field, with this fix.
+constexpr const char* kConfigFix =
+    "write it as the official config does (an integer, a number or a list of integers)";
 
 // The official ModelArgs keys.
 V4Args args_from_model_args(const json& j, const std::string& where) {
   V4Args a;
-  field(j, "dim", a.dim, where);
-  field(j, "n_layers", a.n_layers, where);
-  field(j, "n_heads", a.n_heads, where);
-  field(j, "q_lora_rank", a.q_lora_rank, where);
-  field(j, "head_dim", a.head_dim, where);
-  field(j, "rope_head_dim", a.rope_head_dim, where);
-  field(j, "norm_eps", a.norm_eps, where);
-  field(j, "o_groups", a.o_groups, where);
-  field(j, "o_lora_rank", a.o_lora_rank, where);
-  field(j, "window_size", a.window_size, where);
-  field(j, "compress_ratios", a.compress_ratios, where);
-  field(j, "compress_rope_theta", a.compress_rope_theta, where);
-  field(j, "original_seq_len", a.original_seq_len, where);
-  field(j, "rope_theta", a.rope_theta, where);
-  field(j, "rope_factor", a.rope_factor, where);
-  field(j, "beta_fast", a.beta_fast, where);
-  field(j, "beta_slow", a.beta_slow, where);
-  field(j, "index_n_heads", a.index_n_heads, where);
-  field(j, "index_head_dim", a.index_head_dim, where);
-  field(j, "index_topk", a.index_topk, where);
+  a.dim = json_get_or(j, "dim", a.dim, where, kConfigFix);
+  a.n_layers = json_get_or(j, "n_layers", a.n_layers, where, kConfigFix);
+  a.n_heads = json_get_or(j, "n_heads", a.n_heads, where, kConfigFix);
+  a.q_lora_rank = json_get_or(j, "q_lora_rank", a.q_lora_rank, where, kConfigFix);
+  a.head_dim = json_get_or(j, "head_dim", a.head_dim, where, kConfigFix);
+  a.rope_head_dim = json_get_or(j, "rope_head_dim", a.rope_head_dim, where, kConfigFix);
+  a.norm_eps = json_get_or(j, "norm_eps", a.norm_eps, where, kConfigFix);
+  a.o_groups = json_get_or(j, "o_groups", a.o_groups, where, kConfigFix);
+  a.o_lora_rank = json_get_or(j, "o_lora_rank", a.o_lora_rank, where, kConfigFix);
+  a.window_size = json_get_or(j, "window_size", a.window_size, where, kConfigFix);
+  a.compress_ratios = json_get_or(j, "compress_ratios", a.compress_ratios, where, kConfigFix);
+  a.compress_rope_theta = json_get_or(j, "compress_rope_theta", a.compress_rope_theta, where, kConfigFix);
+  a.original_seq_len = json_get_or(j, "original_seq_len", a.original_seq_len, where, kConfigFix);
+  a.rope_theta = json_get_or(j, "rope_theta", a.rope_theta, where, kConfigFix);
+  a.rope_factor = json_get_or(j, "rope_factor", a.rope_factor, where, kConfigFix);
+  a.beta_fast = json_get_or(j, "beta_fast", a.beta_fast, where, kConfigFix);
+  a.beta_slow = json_get_or(j, "beta_slow", a.beta_slow, where, kConfigFix);
+  a.index_n_heads = json_get_or(j, "index_n_heads", a.index_n_heads, where, kConfigFix);
+  a.index_head_dim = json_get_or(j, "index_head_dim", a.index_head_dim, where, kConfigFix);
+  a.index_topk = json_get_or(j, "index_topk", a.index_topk, where, kConfigFix);
   return a;
 }
 
 // The Hugging Face config.json keys (model_type deepseek_v4), mapped onto ModelArgs.
 V4Args args_from_hf(const json& j, const std::string& where) {
   V4Args a;
-  field(j, "hidden_size", a.dim, where);
-  field(j, "num_hidden_layers", a.n_layers, where);
-  field(j, "num_attention_heads", a.n_heads, where);
-  field(j, "q_lora_rank", a.q_lora_rank, where);
-  field(j, "head_dim", a.head_dim, where);
-  field(j, "qk_rope_head_dim", a.rope_head_dim, where);
-  field(j, "rms_norm_eps", a.norm_eps, where);
-  field(j, "o_groups", a.o_groups, where);
-  field(j, "o_lora_rank", a.o_lora_rank, where);
-  field(j, "sliding_window", a.window_size, where);
-  field(j, "compress_ratios", a.compress_ratios, where);
-  field(j, "compress_rope_theta", a.compress_rope_theta, where);
-  field(j, "rope_theta", a.rope_theta, where);
-  field(j, "index_n_heads", a.index_n_heads, where);
-  field(j, "index_head_dim", a.index_head_dim, where);
-  field(j, "index_topk", a.index_topk, where);
+  a.dim = json_get_or(j, "hidden_size", a.dim, where, kConfigFix);
+  a.n_layers = json_get_or(j, "num_hidden_layers", a.n_layers, where, kConfigFix);
+  a.n_heads = json_get_or(j, "num_attention_heads", a.n_heads, where, kConfigFix);
+  a.q_lora_rank = json_get_or(j, "q_lora_rank", a.q_lora_rank, where, kConfigFix);
+  a.head_dim = json_get_or(j, "head_dim", a.head_dim, where, kConfigFix);
+  a.rope_head_dim = json_get_or(j, "qk_rope_head_dim", a.rope_head_dim, where, kConfigFix);
+  a.norm_eps = json_get_or(j, "rms_norm_eps", a.norm_eps, where, kConfigFix);
+  a.o_groups = json_get_or(j, "o_groups", a.o_groups, where, kConfigFix);
+  a.o_lora_rank = json_get_or(j, "o_lora_rank", a.o_lora_rank, where, kConfigFix);
+  a.window_size = json_get_or(j, "sliding_window", a.window_size, where, kConfigFix);
+  a.compress_ratios = json_get_or(j, "compress_ratios", a.compress_ratios, where, kConfigFix);
+  a.compress_rope_theta = json_get_or(j, "compress_rope_theta", a.compress_rope_theta, where, kConfigFix);
+  a.rope_theta = json_get_or(j, "rope_theta", a.rope_theta, where, kConfigFix);
+  a.index_n_heads = json_get_or(j, "index_n_heads", a.index_n_heads, where, kConfigFix);
+  a.index_head_dim = json_get_or(j, "index_head_dim", a.index_head_dim, where, kConfigFix);
+  a.index_topk = json_get_or(j, "index_topk", a.index_topk, where, kConfigFix);
   a.original_seq_len = 0;  // no rope_scaling = no YaRN
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     const json& rs = j["rope_scaling"];
     const std::string w = where + " field 'rope_scaling'";
-    field(rs, "factor", a.rope_factor, w);
-    field(rs, "original_max_position_embeddings", a.original_seq_len, w);
-    field(rs, "beta_fast", a.beta_fast, w);
-    field(rs, "beta_slow", a.beta_slow, w);
+    a.rope_factor = json_get_or(rs, "factor", a.rope_factor, w, kConfigFix);
+    a.original_seq_len =
+        json_get_or(rs, "original_max_position_embeddings", a.original_seq_len, w, kConfigFix);
+    a.beta_fast = json_get_or(rs, "beta_fast", a.beta_fast, w, kConfigFix);
+    a.beta_slow = json_get_or(rs, "beta_slow", a.beta_slow, w, kConfigFix);
   }
   if (j.contains("quantization_config") && j["quantization_config"].is_object()) {
     const json& q = j["quantization_config"];

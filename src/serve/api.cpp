@@ -66,17 +66,18 @@ void check_known(const json& j, const std::set<std::string>& known) {
     }
 }
 
-bool present(const json& j, const std::string& key) { return j.contains(key) && !j.at(key).is_null(); }
-
 std::string show(const json& v) {
   std::string s = v.dump();
   return s.size() > 60 ? s.substr(0, 60) + "..." : s;
 }
 
+// The optional request fields: absent or null -> the default. Types are tested by core/json_fields.h's
+// json_is, like every JSON field phasescope reads; only the refusal differs, an OpenAI 400 naming the
+// parameter (invalid_type, or invalid_value when out of range) instead of a phasescope::Error.
 int64_t get_int(const json& j, const std::string& key, int64_t dflt, int64_t lo, int64_t hi) {
-  if (!present(j, key)) return dflt;
+  if (!json_present(j, key)) return dflt;
   const json& v = j.at(key);
-  if (!v.is_number_integer())
+  if (!json_is<int64_t>(v))
     bad(key, fmt::format("'{}' must be an integer, got {}", key, show(v)), "invalid_type");
   const int64_t x =
       v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())
@@ -87,25 +88,28 @@ int64_t get_int(const json& j, const std::string& key, int64_t dflt, int64_t lo,
 }
 
 double get_number(const json& j, const std::string& key, double dflt, double lo, double hi) {
-  if (!present(j, key)) return dflt;
+  if (!json_present(j, key)) return dflt;
   const json& v = j.at(key);
-  if (!v.is_number()) bad(key, fmt::format("'{}' must be a number, got {}", key, show(v)), "invalid_type");
+  if (!json_is<double>(v))
+    bad(key, fmt::format("'{}' must be a number, got {}", key, show(v)), "invalid_type");
   const double x = v.get<double>();
   if (!(x >= lo && x <= hi)) bad(key, fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, x));
   return x;
 }
 
 bool get_bool(const json& j, const std::string& key, bool dflt) {
-  if (!present(j, key)) return dflt;
+  if (!json_present(j, key)) return dflt;
   const json& v = j.at(key);
-  if (!v.is_boolean()) bad(key, fmt::format("'{}' must be a boolean, got {}", key, show(v)), "invalid_type");
+  if (!json_is<bool>(v))
+    bad(key, fmt::format("'{}' must be a boolean, got {}", key, show(v)), "invalid_type");
   return v.get<bool>();
 }
 
 std::string get_string(const json& j, const std::string& key, const std::string& dflt) {
-  if (!present(j, key)) return dflt;
+  if (!json_present(j, key)) return dflt;
   const json& v = j.at(key);
-  if (!v.is_string()) bad(key, fmt::format("'{}' must be a string, got {}", key, show(v)), "invalid_type");
+  if (!json_is<std::string>(v))
+    bad(key, fmt::format("'{}' must be a string, got {}", key, show(v)), "invalid_type");
   return v.get<std::string>();
 }
 
@@ -122,21 +126,21 @@ void check_model(const json& j, const ApiModel& m) {
 // Parameters that are accepted for compatibility only at their neutral value.
 void check_neutral(const json& j) {
   for (const char* k : {"presence_penalty", "frequency_penalty"})
-    if (present(j, k) && get_number(j, k, 0, -2, 2) != 0)
+    if (json_present(j, k) && get_number(j, k, 0, -2, 2) != 0)
       bad(k, fmt::format("'{}' is not supported by this server; leave it out or send 0", k), "unsupported");
   if (get_bool(j, "stream", false))
     bad("stream", "streaming is not supported by this server; send \"stream\": false or leave it out",
         "unsupported");
-  if (present(j, "best_of") && get_int(j, "best_of", 1, 1, 1) != 1) bad("best_of", "best_of must be 1");
-  if (present(j, "logit_bias")) {
+  if (json_present(j, "best_of") && get_int(j, "best_of", 1, 1, 1) != 1) bad("best_of", "best_of must be 1");
+  if (json_present(j, "logit_bias")) {
     const json& v = j.at("logit_bias");
     if (!v.is_object()) bad("logit_bias", "'logit_bias' must be an object", "invalid_type");
     if (!v.empty())
       bad("logit_bias", "'logit_bias' is not supported by this server; leave it out", "unsupported");
   }
-  if (present(j, "suffix") && !get_string(j, "suffix", "").empty())
+  if (json_present(j, "suffix") && !get_string(j, "suffix", "").empty())
     bad("suffix", "'suffix' is not supported by this server; leave it out", "unsupported");
-  if (present(j, "user")) get_string(j, "user", "");
+  if (json_present(j, "user")) get_string(j, "user", "");
 }
 
 std::vector<int> encode_text(const std::string& text, const ApiModel& m, const std::string& param) {
@@ -167,7 +171,7 @@ std::vector<int> check_ids(const json& arr, const ApiModel& m, const std::string
 
 // prompt: "text" | ["text", ...] | [ids] | [[ids], ...]
 std::vector<std::vector<int>> parse_prompts(const json& j, const ApiModel& m) {
-  if (!present(j, "prompt"))
+  if (!json_present(j, "prompt"))
     bad("prompt", "'prompt' is required: token-name text or token ids", "missing_parameter");
   const json& p = j.at("prompt");
   std::vector<std::vector<int>> out;
@@ -199,7 +203,7 @@ std::vector<std::vector<int>> parse_prompts(const json& j, const ApiModel& m) {
 
 std::vector<std::string> parse_stop(const json& j) {
   std::vector<std::string> stops;
-  if (!present(j, "stop")) return stops;
+  if (!json_present(j, "stop")) return stops;
   const json& s = j.at("stop");
   if (s.is_string()) {
     stops.push_back(s.get<std::string>());
@@ -219,7 +223,7 @@ std::vector<std::string> parse_stop(const json& j) {
 }
 
 std::vector<int> parse_stop_ids(const json& j, const ApiModel& m) {
-  if (!present(j, "stop_token_ids")) return {};
+  if (!json_present(j, "stop_token_ids")) return {};
   const json& s = j.at("stop_token_ids");
   if (!s.is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids", "invalid_type");
   return check_ids(s, m, "stop_token_ids");
@@ -232,7 +236,7 @@ void fill_specs(const json& j, const ApiModel& m, uint64_t seed_default, int max
   const double top_p = get_number(j, "top_p", 1.0, 0, 1);
   if (top_p <= 0) bad("top_p", "'top_p' must be greater than 0");
   job->n = int(get_int(j, "n", 1, 1, kMaxChoices));
-  const uint64_t seed = present(j, "seed")
+  const uint64_t seed = json_present(j, "seed")
                             ? uint64_t(get_int(j, "seed", 0, std::numeric_limits<int64_t>::min(),
                                                std::numeric_limits<int64_t>::max()))
                             : seed_default;
@@ -290,7 +294,7 @@ std::vector<int> chat_template(const json& messages, const ApiModel& m, const st
     if (role != "system" && role != "developer" && role != "user" && role != "assistant")
       bad(where + ".role",
           fmt::format("{}.role must be system, developer, user or assistant, got '{}'", where, role));
-    if (!present(msg, "content")) continue;
+    if (!json_present(msg, "content")) continue;
     const json& c = msg.at("content");
     std::string text;
     if (c.is_string()) {
@@ -439,14 +443,15 @@ CompletionJob chat_parse(const std::string& body, const ApiModel& m, uint64_t se
   check_neutral(j);
   CompletionJob job;
   job.chat = true;
-  if (!present(j, "messages")) bad("messages", "'messages' is required", "missing_parameter");
+  if (!json_present(j, "messages")) bad("messages", "'messages' is required", "missing_parameter");
   job.prompts.push_back(chat_template(j.at("messages"), m, "messages"));
   const bool logprobs = get_bool(j, "logprobs", false);
   const int top = int(get_int(j, "top_logprobs", 0, 0, m.max_logprobs));
-  if (present(j, "top_logprobs") && !logprobs) bad("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+  if (json_present(j, "top_logprobs") && !logprobs)
+    bad("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
   job.logprobs = logprobs ? top : -1;
   job.tokens_as_ids = get_bool(j, "return_tokens_as_token_ids", false);
-  const int64_t mt = present(j, "max_completion_tokens")
+  const int64_t mt = json_present(j, "max_completion_tokens")
                          ? get_int(j, "max_completion_tokens", 16, 0, m.max_model_len)
                          : get_int(j, "max_tokens", 16, 0, m.max_model_len);
   fill_specs(j, m, seed, int(mt), job.logprobs, false, &job);
@@ -473,7 +478,8 @@ std::string tokenize_reply(const std::string& body, const ApiModel& m) {
   check_known(j, {"model", "content", "prompt", "messages", "add_special", "add_special_tokens",
                   "with_pieces", "return_token_strs", "add_generation_prompt"});
   check_model(j, m);
-  const int shapes = int(present(j, "content")) + int(present(j, "prompt")) + int(present(j, "messages"));
+  const int shapes =
+      int(json_present(j, "content")) + int(json_present(j, "prompt")) + int(json_present(j, "messages"));
   if (shapes != 1)
     bad("content",
         "send exactly one of \"content\" (llama-server shape), \"prompt\" or \"messages\" (vLLM shape)",
@@ -481,14 +487,14 @@ std::string tokenize_reply(const std::string& body, const ApiModel& m) {
   const bool add_bos = get_bool(j, "add_special", false) || get_bool(j, "add_special_tokens", false);
   get_bool(j, "add_generation_prompt", true);  // accepted; the template has no generation prompt
   std::vector<int> ids;
-  if (present(j, "messages")) {
+  if (json_present(j, "messages")) {
     ids = chat_template(j.at("messages"), m, "messages");
   } else {
-    const std::string key = present(j, "content") ? "content" : "prompt";
+    const std::string key = json_present(j, "content") ? "content" : "prompt";
     ids = encode_text(get_string(j, key, ""), m, key);
     if (add_bos) ids.insert(ids.begin(), m.vocab.bos());
   }
-  if (present(j, "content")) {  // llama-server: {"tokens": [ids]} or, with_pieces, [{"id", "piece"}]
+  if (json_present(j, "content")) {  // llama-server: {"tokens": [ids]} or, with_pieces, [{"id", "piece"}]
     ojson tokens = ojson::array();
     const bool pieces = get_bool(j, "with_pieces", false);
     for (size_t i = 0; i < ids.size(); ++i)
@@ -510,7 +516,8 @@ std::string detokenize_reply(const std::string& body, const ApiModel& m) {
   const json j = parse_object(body);
   check_known(j, {"model", "tokens"});
   check_model(j, m);
-  if (!present(j, "tokens")) bad("tokens", "'tokens' is required: a list of token ids", "missing_parameter");
+  if (!json_present(j, "tokens"))
+    bad("tokens", "'tokens' is required: a list of token ids", "missing_parameter");
   if (!j.at("tokens").is_array()) bad("tokens", "'tokens' must be a list of token ids", "invalid_type");
   const size_t max_ids = size_t(16) * size_t(m.max_model_len);  // bounds the work one request can ask for
   if (j.at("tokens").size() > max_ids)
