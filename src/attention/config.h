@@ -71,9 +71,9 @@ struct AttnConfig {
   bool tied_kv = false;            // compressed values reuse the normalized, rotated compressed keys
   int comp_rope_dims = -1;         // RoPE dims on compressed keys; -1 = same as rope_dims; 0 = none
   bool uncompressed_tail = false;  // raw tokens only after the last visible entry (replaces `window`)
-  // staggered grid (issue 14): entry starts at o + j*S, 0 <= o < S; the phase of offset i is
+  // staggered grid: entry starts at o + j*S, 0 <= o < S; the phase of offset i is
   // (o + i) % S. Layers (or models) with different o put their chunk boundaries on different phases
-  // at the same memory. Written to JSON only when non-zero (older configs and their hashes unchanged).
+  // at the same memory. Written to JSON only when non-zero (configs without one keep their JSON and hashes).
   int grid_offset = 0;
 
   // DeepSeek family (DsCsa, DsHca, DsCsa2)

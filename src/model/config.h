@@ -71,11 +71,11 @@ struct TrainConfig {
   int eval_examples = 256;
   int ckpt_every = 200;
   uint64_t seed = 42;
-  // lambda >= 0 of the static-gate entropy bonus (issue 14, train/gate_penalty.h): the loss gains lambda x
+  // lambda >= 0 of the static-gate entropy bonus (train/gate_penalty.h): the loss gains lambda x
   // the mean over chunked layers, branches and KV heads of 1 - exp(H(E[alpha])) / W, where E[alpha] is the
   // gate distribution averaged over the batch's windows. Per-window, content-driven gating stays free.
   double gate_entropy_bonus = 0;
-  // lambda >= 0 of the head-coverage repulsion (issue 14, candidate 5; train/gate_penalty.h): the loss
+  // lambda >= 0 of the head-coverage repulsion (train/gate_penalty.h): the loss
   // gains lambda x the mean over pairs of chunked gates (layer, KV head) of one branch of the overlap
   // <g_a, g_b> of their static phase profiles (E[alpha] folded onto phases, each summing to 1).
   double gate_coverage_bonus = 0;

@@ -1,7 +1,7 @@
 // generate.h — greedy generation from a phasescope model, with the KV cache (prefill once, then one
 // cached decode step per token: model.h DecoderImpl::prefill / decode) or without it (the whole forward
-// over the growing sequence each step, what serve did before the cache). Both give the same tokens;
-// the timings show what the cache buys. Positions 0..: the prompt starts the sequence.
+// over the growing sequence each step: the reference). Both give the same tokens; the timings show what
+// the cache buys. Positions 0..: the prompt starts the sequence.
 // Not here: sampling, stop strings, batching of requests (serve/engine.h).
 #pragma once
 #include <cstdint>

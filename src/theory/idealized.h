@@ -46,7 +46,7 @@ struct TheoryConfig {
   double stop_mass = 0.95;   // stop early once every head's key and value mass >= this (0: never)
   int record_every = 10;     // trajectory point every this many steps (0: first and last only)
   TheoryGate gate = TheoryGate::LogLinear;
-  // Head coverage (issue 14, candidate 5): the term the idealized model lacks. The objective adds
+  // Head coverage: the term the idealized model lacks. The objective adds
   //   coverage x sum over head pairs h < h' of <pbar^K_h, pbar^K_h'> + <pbar^V_h, pbar^V_h'>,
   // pbar the head's distribution averaged over the batch's contexts and chunks: heads on one offset
   // pay for it, heads on distinct offsets do not. 0 = the paper's model.

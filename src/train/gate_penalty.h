@@ -1,4 +1,4 @@
-// gate_penalty.h — the static-gate entropy bonus (issue 14, candidate 4): the paper finds phase
+// gate_penalty.h — the static-gate entropy bonus: the paper finds phase
 // specialization exactly where a compressor's gates concentrate statically (on the same offsets in every
 // window). The penalty discourages that concentration and leaves per-window, content-driven gating free:
 // for a gate alpha [B, N, W, Hkv, 1 or D] (softmax over the W offsets of each window), E[alpha] is its
@@ -7,7 +7,7 @@
 //   1 - 1/W = every window puts all its weight on one offset).
 // exp(H(E[alpha])) is explain's static concentration (explain/measures.h gate_static_concentration),
 // here differentiable.
-// The head-coverage repulsion (candidate 5, the term the paper's idealized model lacks; `phasescope
+// The head-coverage repulsion (the term the paper's idealized model lacks; `phasescope
 // theory --coverage` checks it there): each gate's static phase profile g(r) = E[alpha] at the offsets i
 // with (o + i) % S = r (o the layer's grid offset), summing to 1; for every pair of gates of one branch
 // (key or value; a DeepSeek compressor or its indexer's) in different layers or KV heads, the overlap <g_a,
