@@ -22,7 +22,7 @@ namespace {
 namespace te = testing_eval;
 namespace fs = std::filesystem;
 
-using te::slurp;
+using testutil::slurp;
 
 void spit(const std::string& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
@@ -68,7 +68,7 @@ TEST(Journal, RecordRoundTripsThroughJson) {
 }
 
 TEST(Journal, TornLastLineIsIgnoredAndCutBeforeAppending) {
-  const std::string dir = te::temp_dir("journal"), path = dir + "/journal.jsonl";
+  const std::string dir = testutil::tmp_dir("journal"), path = dir + "/journal.jsonl";
   {
     JournalWriter w(path, {{"model", "test"}});
     w.append(sample_record(0));
@@ -92,7 +92,7 @@ TEST(Journal, TornLastLineIsIgnoredAndCutBeforeAppending) {
 }
 
 TEST(Journal, DuplicatesKeepTheFirstAnswerAndAnswersSupersedeFailures) {
-  const std::string dir = te::temp_dir("journal"), path = dir + "/journal.jsonl";
+  const std::string dir = testutil::tmp_dir("journal"), path = dir + "/journal.jsonl";
   {
     JournalWriter w(path, {{"model", "test"}});
     JournalRecord failed = sample_record(0);
@@ -115,7 +115,7 @@ TEST(Journal, DuplicatesKeepTheFirstAnswerAndAnswersSupersedeFailures) {
 }
 
 TEST(Journal, CorruptCompleteLineNamesFileAndLine) {
-  const std::string dir = te::temp_dir("journal"), path = dir + "/journal.jsonl";
+  const std::string dir = testutil::tmp_dir("journal"), path = dir + "/journal.jsonl";
   spit(path, journal_record_to_json(sample_record(0)).dump() + "\n{not json\n" +
                  journal_record_to_json(sample_record(1)).dump() + "\n");
   try {
@@ -179,11 +179,11 @@ void expect_same_results(const EvalResults& a, const EvalResults& b) {
 TEST(Resume, KilledBetweenBatchesThenTornThenResumedLosesAndDuplicatesNothing) {
   te::RuleBackend good = te::phase_backend();
   const EvalOptions opt = small_options();
-  const std::string clean_dir = te::temp_dir("clean");
+  const std::string clean_dir = testutil::tmp_dir("clean");
   const EvalResults clean = run_eval(good, opt, clean_dir);
   ASSERT_EQ(clean.stats.n_scored, 576);
 
-  const std::string dir = te::temp_dir("killed");
+  const std::string dir = testutil::tmp_dir("killed");
   te::KillingBackend dying(good, 10);  // 10 batches of 16, then the process "dies"
   EXPECT_THROW(run_eval(dying, opt, dir), te::Killed);
   EXPECT_EQ(journal_load(dir + "/journal.jsonl").records.size(), 160u);
@@ -204,14 +204,14 @@ TEST(Resume, KilledBetweenBatchesThenTornThenResumedLosesAndDuplicatesNothing) {
 TEST(Resume, JournalCutAtAnyByteResumesToTheSameResults) {
   te::RuleBackend good = te::phase_backend();
   const EvalOptions opt = small_options();
-  const std::string clean_dir = te::temp_dir("clean");
+  const std::string clean_dir = testutil::tmp_dir("clean");
   const EvalResults clean = run_eval(good, opt, clean_dir);
   const std::string full = slurp(clean_dir + "/journal.jsonl");
   const size_t line = full.find('\n') + 1;
   // cut points: empty, mid first line, exact line boundaries, mid-line, one byte short of the end
   for (size_t cut :
        {size_t(0), line / 2, line, 5 * line + 1, full.size() / 2, full.size() / 3 + 7, full.size() - 1}) {
-    const std::string dir = te::temp_dir("cut");
+    const std::string dir = testutil::tmp_dir("cut");
     spit(dir + "/journal.jsonl", full.substr(0, cut));
     const EvalResults r = run_eval(good, opt, dir);
     const auto lines = scored_lines(dir + "/journal.jsonl");
@@ -226,10 +226,10 @@ TEST(Resume, JournalCutAtAnyByteResumesToTheSameResults) {
 TEST(Resume, FailedSamplesAreRetriedNotScoredAsWrong) {
   te::RuleBackend good = te::phase_backend();
   const EvalOptions opt = small_options();
-  const std::string clean_dir = te::temp_dir("clean");
+  const std::string clean_dir = testutil::tmp_dir("clean");
   const EvalResults clean = run_eval(good, opt, clean_dir);
 
-  const std::string dir = te::temp_dir("flaky");
+  const std::string dir = testutil::tmp_dir("flaky");
   te::FlakyBackend flaky(good, 4);
   const EvalResults partial = run_eval(flaky, opt, dir);
   EXPECT_GT(partial.stats.n_errors, 100);
@@ -256,7 +256,7 @@ TEST(Resume, ABackendThatKeepsFailingStopsWithTheJournalKept) {
       fail("http://localhost:1", "connection refused", "start the server");
     }
   } down;
-  const std::string dir = te::temp_dir("down");
+  const std::string dir = testutil::tmp_dir("down");
   try {
     run_eval(down, small_options(), dir);
     FAIL();
@@ -271,7 +271,7 @@ TEST(Resume, ABackendThatKeepsFailingStopsWithTheJournalKept) {
 TEST(Resume, AJournalOfAnotherRunIsRefused) {
   te::RuleBackend good = te::phase_backend();
   EvalOptions opt = small_options();
-  const std::string dir = te::temp_dir("other");
+  const std::string dir = testutil::tmp_dir("other");
   run_eval(good, opt, dir);
   opt.model = "another-model";
   try {

@@ -27,7 +27,7 @@ namespace {
 namespace te = testing_eval;
 namespace fs = std::filesystem;
 
-using te::slurp;
+using testutil::slurp;
 
 EvalResults synthetic_results(const std::string& model, const std::string& protocol, double depth,
                               uint64_t seed) {
@@ -194,7 +194,7 @@ std::pair<int, int> chromium_rendered_figures(const std::string& chromium, const
 }
 
 TEST(Report, CombinedReportIsSelfContainedAndRendersItsFiguresInChromium) {
-  const std::string dir = te::temp_dir("report");
+  const std::string dir = testutil::tmp_dir("report");
   // 2 models x 2 protocols, written as results.json files, combined as `reproduce` does
   std::vector<std::string> paths;
   int k = 0;
@@ -247,7 +247,7 @@ TEST(Report, SingleRunReportFromRunEval) {
   o.layout.n_base = 24;
   o.model = "fake";
   o.bootstrap = 100;
-  const std::string dir = te::temp_dir("single");
+  const std::string dir = testutil::tmp_dir("single");
   run_eval(phase, o, dir);
   const std::string html = slurp(dir + "/report.html");
   size_t imgs = 0;

@@ -39,14 +39,14 @@ TEST(Controls, ShiftingAllInputsByKPermutesResidueGroupsExactly) {
   // residue the accuracy profile is rotated by k; grouped by measured residue it is unchanged.
   for (PadProtocol p : {PadProtocol::Prefix, PadProtocol::InSequence}) {
     te::RuleBackend phase = te::phase_backend();
-    const std::string d0 = te::temp_dir("shift0");
+    const std::string d0 = testutil::tmp_dir("shift0");
     const EvalResults base = run_eval(phase, options(p, 0), d0);
     EXPECT_EQ(base.stats.period.P, 8) << base.stats.period.note;  // phase dependent: the test has teeth
     const JournalLoad j0 = journal_load(d0 + "/journal.jsonl");
     std::map<int64_t, const JournalRecord*> at0;  // by sample id = base * R + original residue
     for (const JournalRecord& r : j0.records) at0[r.id] = &r;
     for (int k : {1, 3, 8, 13}) {
-      const std::string dk = te::temp_dir("shiftk");
+      const std::string dk = testutil::tmp_dir("shiftk");
       const EvalResults shifted = run_eval(phase, options(p, k), dk);
       const JournalLoad jk = journal_load(dk + "/journal.jsonl");
       ASSERT_EQ(j0.records.size(), jk.records.size());
@@ -81,7 +81,7 @@ TEST(Controls, ShiftingAllInputsByKPermutesResidueGroupsExactly) {
 TEST(Controls, FlatBackendsResidueGroupsAgreeWithinIntervals) {
   for (PadProtocol p : {PadProtocol::Prefix, PadProtocol::InSequence}) {
     te::RuleBackend flat = te::flat_backend();
-    const std::string dir = te::temp_dir("flat");
+    const std::string dir = testutil::tmp_dir("flat");
     const EvalResults r = run_eval(flat, options(p, 0), dir);
     const Stats& s = r.stats;
     const double pooled = [&] {
@@ -107,7 +107,7 @@ TEST(Controls, FlatBackendsResidueGroupsAgreeWithinIntervals) {
 
 TEST(Controls, PhaseDependentBackendIsFlagged) {
   te::RuleBackend phase = te::phase_backend({0, 1, 2, 3, 4, 5, 6});  // boundary phase 7 always wrong
-  const std::string dir = te::temp_dir("phase");
+  const std::string dir = testutil::tmp_dir("phase");
   const EvalResults r = run_eval(phase, options(PadProtocol::Prefix, 0), dir);
   EXPECT_EQ(r.stats.worst, 0.0);
   EXPECT_EQ(r.stats.worst_residue % 8, 7);
@@ -120,7 +120,7 @@ TEST(Controls, PhaseDependentBackendIsFlagged) {
 
 TEST(Runner, WritesItsFilesAndMeasuredPositions) {
   te::RuleBackend phase = te::phase_backend();
-  const std::string dir = te::temp_dir("files");
+  const std::string dir = testutil::tmp_dir("files");
   std::ostringstream log;
   EvalOptions o = options(PadProtocol::InSequence, 0);
   o.log = &log;
@@ -165,7 +165,7 @@ TEST(Runner, NoScoredSampleIsAFailureNotAReport) {
       return out;
     }
   } backend;
-  const std::string dir = testing_eval::temp_dir("allfail");
+  const std::string dir = testutil::tmp_dir("allfail");
   EvalOptions o = options(PadProtocol::Prefix, 0);
   std::string err;
   try {

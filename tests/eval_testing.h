@@ -1,31 +1,21 @@
 // eval_testing.h — fakes shared by the eval tests: backends whose answers depend on the target key's
 // position in a known way (found by scanning the tokens, as a model would have to), a backend that
 // "dies" (throws a non-std exception, like a killed process), one that fails some samples, and a
-// generator of synthetic journals with a planted per-residue accuracy profile.
+// generator of synthetic journals with a planted per-residue accuracy profile. Temp folders and slurp
+// come from testing.h.
 #pragma once
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <cmath>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "eval/backend.h"
 #include "eval/journal.h"
+#include "testing.h"
 
 namespace phasescope {
 namespace testing_eval {
-
-// The whole file as a string (empty when it cannot be read).
-inline std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The target key's position: the last token is the query key; its earlier occurrence is the record.
 inline int64_t target_position(const std::vector<int>& t) {
@@ -144,13 +134,6 @@ inline std::vector<JournalRecord> synthetic_journal(const std::vector<double>& p
       out.push_back(j);
     }
   return out;
-}
-
-// A fresh empty folder under the system temp dir.
-inline std::string temp_dir(const std::string& name) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / ("phasescope-" + name + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-  return tmpl;
 }
 
 }  // namespace testing_eval

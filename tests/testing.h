@@ -3,12 +3,14 @@
 // well under a second per step. Header-only; tests include it after gtest.
 // Not here: fakes of a particular module (eval_testing.h: backends; serve_testing.h: servers).
 #pragma once
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "core/check.h"
@@ -18,13 +20,14 @@
 namespace phasescope {
 namespace testutil {
 
-// A fresh empty folder under the system temp dir, named after the test and this process.
+// A fresh empty folder under the system temp dir, unique to this call and this process
+// (phasescope-<name>-<pid>-XXXXXX, made by mkdtemp), so test binaries can run in parallel.
 inline std::string tmp_dir(const std::string& name) {
-  const auto d =
-      std::filesystem::temp_directory_path() / ("phasescope_test_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d.string();
+  std::string tmpl = (std::filesystem::temp_directory_path() /
+                      ("phasescope-" + name + "-" + std::to_string(::getpid()) + "-XXXXXX"))
+                         .string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+  return tmpl;
 }
 
 // The whole file as a string (empty when it cannot be read).

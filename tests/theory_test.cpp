@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "report/gnuplot.h"
 #include "report/html.h"
+#include "testing.h"
 #include "theory/flow.h"
 #include "theory/idealized.h"
 #include "theory/report.h"
@@ -33,22 +34,12 @@ namespace {
 // A fresh empty folder under the temp dir, removed at the end of the test.
 struct TempDir {
   fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "phasescope-theory-test-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
+  TempDir() { path = testutil::tmp_dir("theory"); }
   ~TempDir() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
 };
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Every distribution over S offsets whose masses are multiples of 1/res.
 void simplex_grid(int S, int res, std::vector<int>& cur, std::vector<std::vector<double>>& out) {
@@ -485,7 +476,7 @@ TEST(ReportGnuplot, RendersLineAndBarPlotsToPng) {
   fig.panels = {lines, bars, empty};
   const std::string png = (tmp.path / "fig.png").string();
   plot_render(fig, png);
-  const std::string bytes = read_all(png);
+  const std::string bytes = testutil::slurp(png);
   ASSERT_GT(bytes.size(), 1000u);
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_NE(html_png(png, "fig").find("data:image/png;base64,iVBORw0KGgo"), std::string::npos);
@@ -518,14 +509,14 @@ TEST(TheoryReport, WritesJsonCsvPlotsAndSelfContainedHtml) {
   for (const char* f : {"results.json", "trajectories.csv", "trajectories_seed1.png",
                         "trajectories_seed2.png", "loss.png", "coverage.png", "report.html"})
     EXPECT_TRUE(fs::exists(fs::path(dir) / f)) << f;
-  const nlohmann::json j = nlohmann::json::parse(read_all(fs::path(dir) / "results.json"));
+  const nlohmann::json j = nlohmann::json::parse(testutil::slurp(fs::path(dir) / "results.json"));
   EXPECT_EQ(j["loss_kind"], "sampled");
   EXPECT_EQ(j["seeds"].size(), 2u);
   EXPECT_EQ(j["seeds"][0]["heads"].size(), 2u);
-  const std::string html = read_all(fs::path(dir) / "report.html");
+  const std::string html = testutil::slurp(fs::path(dir) / "report.html");
   EXPECT_NE(html.find("data:image/png;base64,"), std::string::npos);
   EXPECT_EQ(html.find("src=\"loss.png\""), std::string::npos) << "images must be embedded, not linked";
-  const std::string csv = read_all(fs::path(dir) / "trajectories.csv");
+  const std::string csv = testutil::slurp(fs::path(dir) / "trajectories.csv");
   EXPECT_EQ(csv.rfind("seed,step,loss,head,branch,offset,p\n", 0), 0u);
 
   // and a two-axis sweep

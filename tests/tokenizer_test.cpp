@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "testing.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/text.h"
 #include "tokenizer/tokenize_io.h"
@@ -204,8 +205,7 @@ std::string write_tiny(const std::string& file, const std::function<void(nlohman
       {"model",
        {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", nlohmann::json::array({"ab", "c"})}}}}};
   if (patch) patch(j);
-  const std::string path =
-      (fs::temp_directory_path() / ("phasescope_tok_" + std::to_string(::getpid()) + "_" + file)).string();
+  const std::string path = testutil::tmp_dir("tok") + "/" + file;
   std::ofstream(path) << j.dump();
   return path;
 }
@@ -278,9 +278,7 @@ TEST(TokenizerSynthetic, PipelineOptionsMatchHfRust) {
         j["model"].update(it.value());
       else
         j[it.key()] = it.value();
-    const std::string path =
-        (fs::temp_directory_path() / ("phasescope_tok_" + std::to_string(::getpid()) + "_variant.json"))
-            .string();
+    const std::string path = testutil::tmp_dir("tok") + "/variant.json";
     std::ofstream(path) << j.dump();
     const Tokenizer t = Tokenizer::load(path);
     for (size_t i = 0; i < texts.size(); ++i, ++total) {

@@ -311,8 +311,7 @@ TEST(V4Errors, ClearMessages) {
             std::string::npos);
 
   // a V4.1 config, a config of another model, and an FP8 weight without its scale
-  const fs::path tmp = fs::temp_directory_path() / ("v4_errors_" + std::to_string(::getpid()));
-  fs::create_directories(tmp);
+  const fs::path tmp = testutil::tmp_dir("v4_errors");
   std::ofstream(tmp / "config.json") << R"({"hidden_size": 64, "kv_source_layer_ids": [2]})";
   EXPECT_NE(error_of([&] { v4_open(tmp.string()); }).find("V4.1"), std::string::npos);
   std::ofstream(tmp / "config.json") << R"({"d_model": 64})";
