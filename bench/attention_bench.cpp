@@ -17,27 +17,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "attention/attention.h"
+#include "bench_common.h"
 #include "bench_configs.h"
 #include "core/runtime.h"
 #include "memory_tracker.h"
 
 using namespace phasescope;
 using bench::bench_config;
+using bench::Clock;
+using bench::median;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // Forward FLOPs of one layer at T tokens by the ideal above.
 double ideal_flops(AttentionImpl& m, int T) {
@@ -73,18 +68,6 @@ double ideal_flops(AttentionImpl& m, int T) {
   return double(T) * (per_token + 4.0 * HD * keys + extra);
 }
 
-double sgemm_gflops() {
-  auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
-  torch::mm(a, b);  // warm-up
-  std::vector<double> ms;
-  for (int r = 0; r < 7; ++r) {
-    const auto t0 = Clock::now();
-    auto c = torch::mm(a, b);
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  return 2.0 * 1024 * 1024 * 1024 / (median(ms) * 1e6);
-}
-
 struct Cell {
   std::vector<double> ms;
   double peak_mb = 0;
@@ -94,27 +77,30 @@ struct Cell {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
-  // --rounds R; --lengths 8192,... and --kinds dsv4-csa,... to time a subset (full attention, the
-  // reference of every ratio, always runs, first)
+  // flags: a subset of kinds and lengths; full attention, the reference of every ratio, always runs, first
+  bench::Run run("attention_bench",
+                 "time and peak memory of one attention layer's forward+backward, every kind");
   int rounds = 5;
-  std::vector<AttnKind> kinds = attn_all_kinds();
   std::vector<int> lengths = {1024, 4096, 8192};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--rounds") rounds = std::max(1, std::atoi(value.c_str()));
-    if (flag == "--lengths") {
-      lengths.clear();
-      for (const auto& t : bench::split_list(value)) lengths.push_back(std::stoi(t));
-    }
-    if (flag == "--kinds") {
-      kinds = {AttnKind::Full};
-      for (const auto& n : bench::split_list(value))
-        if (n != "full") kinds.push_back(attn_kind_parse(n, "--kinds"));
-    }
+  std::vector<std::string> kind_names;
+  run.cli.add_option("--rounds", rounds, "rounds per length (at T >= 8192: 2 fewer, at least 3)")
+      ->check(CLI::PositiveNumber);
+  run.cli.add_option("--lengths", lengths, "sequence lengths T, e.g. 1024,4096")->delimiter(',');
+  run.cli
+      .add_option("--kinds", kind_names, "attention kinds besides full, e.g. chunked,dsv4-csa (default: all)")
+      ->delimiter(',');
+  if (const int rc = run.parse(argc, argv); rc >= 0) return rc;
+  run.info("runtime", runtime_describe(runtime_init()));
+  std::vector<AttnKind> kinds = attn_all_kinds();
+  if (!kind_names.empty()) {
+    kinds = {AttnKind::Full};
+    for (const std::string& n : kind_names)
+      if (n != "full") kinds.push_back(attn_kind_parse(n, "--kinds"));
   }
+
+  // every length: R rounds, each timing every kind once in a rotated order
   auto& tracker = bench::TrackingAllocator::install();
-  const double sgemm_before = sgemm_gflops();
+  const double sgemm_before = bench::sgemm_gflops();
   std::map<std::pair<int, int>, Cell> cells;  // (T, kind index)
   for (int T : lengths) {
     std::vector<Attention> mods;
@@ -138,17 +124,21 @@ int main(int argc, char** argv) {
         const auto t0 = Clock::now();
         m->forward(xs[k]).sum().backward();
         Cell& c = cells[{T, int(k)}];
-        c.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        c.ms.push_back(bench::ms_since(t0));
         c.peak_mb = std::max(c.peak_mb, double(tracker.peak() - base) / (1 << 20));
       }
-    fmt::print("T {}: {} rounds done\n", T, R);
+    fmt::print(stderr, "T {}: {} rounds done\n", T, R);
   }
-  const double sgemm_after = sgemm_gflops();
+  const double sgemm_after = bench::sgemm_gflops();
 
-  fmt::print("\nsgemm 1024^3: {:.1f} GFLOP/s before, {:.1f} after (this run, this thread count)\n",
-             sgemm_before, sgemm_after);
-  fmt::print("{:<12} {:>6} {:>11} {:>8} {:>10} {:>9} {:>11} {:>12} {:>11} {:>10}\n", "kind", "T", "median ms",
-             "spread", "time/full", "ideal", "over ideal", "GFLOP/s", "peak MB", "mem/full");
+  // the table: medians over the rounds, each kind against full attention at the same T
+  run.info("sgemm 1024^3 GFLOP/s before", sgemm_before);
+  run.info("sgemm 1024^3 GFLOP/s after", sgemm_after);
+  bench::Table table(run, "scaling",
+                     {bench::Col("kind", 12).left(), bench::Col("T", 6), bench::Col("median ms", 11, 1),
+                      bench::Col("spread", 8), bench::Col("time/full", 10, 3), bench::Col("ideal", 9, 4),
+                      bench::Col("over ideal", 11, 2, "x"), bench::Col("GFLOP/s", 12, 1),
+                      bench::Col("peak MB", 11, 1), bench::Col("mem/full", 10, 3)});
   for (int T : lengths) {
     const Cell& full = cells[{T, 0}];
     const double full_ms = median(full.ms);
@@ -156,9 +146,8 @@ int main(int argc, char** argv) {
       const Cell& c = cells[{T, int(k)}];
       const double ms = median(c.ms), ratio = ms / full_ms, ideal = c.flops / full.flops;
       const auto [lo, hi] = std::minmax_element(c.ms.begin(), c.ms.end());
-      fmt::print("{:<12} {:>6} {:>11.1f} {:>8} {:>10.3f} {:>9.4f} {:>10.2f}x {:>12.1f} {:>11.1f} {:>10.3f}\n",
-                 attn_kind_name(kinds[k]), T, ms, fmt::format("{:.0f}-{:.0f}", *lo, *hi), ratio, ideal,
-                 ratio / ideal, 3 * c.flops / (ms * 1e6), c.peak_mb, c.peak_mb / full.peak_mb);
+      table.row({attn_kind_name(kinds[k]), T, ms, fmt::format("{:.0f}-{:.0f}", *lo, *hi), ratio, ideal,
+                 ratio / ideal, 3 * c.flops / (ms * 1e6), c.peak_mb, c.peak_mb / full.peak_mb});
     }
   }
   return 0;

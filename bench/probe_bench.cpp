@@ -1,43 +1,38 @@
 // probe_bench.cpp — how fast the HTTP backend drives a server that answers instantly (a canned reply
 // from the fake OpenAI-compatible server of the tests, in this process on loopback): requests/s and
 // per-request latency p50/p99 at 1, 8 and 64 in flight, for token-id prompts of 128 and 1024 tokens;
-// then the needle probe end to end (render, score, journal with fdatasync per batch) at 64 in flight;
-// then where one request's client-side CPU goes (body, reply parse). Client and server share the
-// machine's cores, so this is a floor on the client's rate, not a server benchmark.
+// then the needle probe end to end (render, score, journal with fdatasync per batch) at 64 in flight.
+// Client and server share the machine's cores, so this is a floor on the client's rate, not a server
+// benchmark. The client's CPU per request (body, reply parse) is in micro_bench.
 // `probe_bench --serve SECONDS` instead serves the fake (induction model with a planted phase pattern:
 // wrong when the needle's key sits at position 3 or 7 mod 8; after "FP", "8" wins when the prompt
 // length is 2 or 3 mod 4, else "32") on 127.0.0.1 for README-style demos.
-// Run by scripts/bench.sh. Not a test.
+// Usage: probe_bench [--in-flight 1,8,64] [--json FILE] | probe_bench --serve SECONDS (PROBE_BENCH_ONLY64=1
+// in the environment: --in-flight 64). Run by scripts/bench.sh. Not a test.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../tests/fake_openai_server.h"
+#include "bench_common.h"
 #include "http/http_pool.h"
 #include "http/openai_client.h"
 #include "http/server_tokenizer.h"
 #include "probe/needle.h"
 
 using namespace phasescope;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::percentile;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())))];
-}
 
 struct Row {
   int in_flight = 0, prompt = 0;
@@ -115,42 +110,52 @@ int serve(double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::string(argv[1]) == "--serve") return serve(std::stod(argv[2]));
+  // flags: --serve runs the fake server alone; otherwise the benchmark
+  bench::Run run("probe_bench", "the HTTP backend's request rate against an instant local server");
+  double serve_s = 0;
+  std::vector<int> in_flights = {1, 8, 64};
+  if (std::getenv("PROBE_BENCH_ONLY64")) in_flights = {64};
+  run.cli.add_option("--serve", serve_s, "only serve the fake OpenAI-compatible server for SECONDS");
+  run.cli.add_option("--in-flight", in_flights, "requests in flight, e.g. 8,64")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  if (const int rc = run.parse(argc, argv); rc >= 0) return rc;
+  if (serve_s > 0) return serve(serve_s);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  fmt::print("HTTP backend vs an instant local server (client and server in one process, {} cores)\n", cores);
 
   // the instant server: a canned reply, 72 server threads (one per keep-alive connection)
   fake::Server s(72);
   s.instant = true;
 
   // requests/s and latency by concurrency and prompt length
-  std::vector<Row> rows;
-  const bool only = std::getenv("PROBE_BENCH_ONLY64") != nullptr;
+  bench::Table rate(run, "rate",
+                    {bench::Col("in flight", 9), bench::Col("prompt", 8), bench::Col("requests", 9),
+                     bench::Col("errors", 7), bench::Col("req/s", 10), bench::Col("p50 ms", 9, 3),
+                     bench::Col("p99 ms", 9, 3), bench::Col("note", 0).left()});
+  auto print = [&](const Row& r) {
+    std::string note = r.note;
+    if (!r.first_error.empty()) note += (note.empty() ? "" : "  ") + r.first_error;
+    rate.row(
+        {r.in_flight, r.prompt, r.requests, r.errors, double(r.requests) / r.seconds, r.p50, r.p99, note});
+  };
   for (int prompt : {128, 1024})
-    for (int in_flight : {1, 8, 64}) {
-      if (only && in_flight != 64) continue;
+    for (int in_flight : in_flights) {
       const int64_t n = in_flight == 1 ? 1000 : (prompt == 128 ? 8000 : 4000);
-      rows.push_back(measure(s.url(), in_flight, prompt, n));
-      const Row& r = rows.back();
-      fmt::print(stderr, "  {} in flight, {} tokens: {:.0f} req/s {}\n", in_flight, prompt,
-                 double(r.requests) / r.seconds, r.first_error);
+      print(measure(s.url(), in_flight, prompt, n));
     }
   // the same burst against httplib's own listen queue of 5 (llama-server-like), with and without
   // the pool's limit on connections opened at once
   {
     fake::Server small(72, 0);
     small.instant = true;
-    rows.push_back(measure(small.url(), 64, 128, 8000, 4));
-    rows.back().note = "listen backlog 5, <= 4 connecting (default)";
-    rows.push_back(measure(small.url(), 64, 128, 8000, 0));
-    rows.back().note = "listen backlog 5, unlimited connecting";
+    Row r = measure(small.url(), 64, 128, 8000, 4);
+    r.note = "listen backlog 5, <= 4 connecting (default)";
+    print(r);
+    r = measure(small.url(), 64, 128, 8000, 0);
+    r.note = "listen backlog 5, unlimited connecting";
+    print(r);
   }
-  fmt::print("HTTP backend vs an instant local server (client and server in one process, {} cores)\n", cores);
-  fmt::print("{:>9} {:>8} {:>9} {:>7} {:>10} {:>9} {:>9}\n", "in flight", "prompt", "requests", "errors",
-             "req/s", "p50 ms", "p99 ms");
-  for (const Row& r : rows)
-    fmt::print("{:>9} {:>8} {:>9} {:>7} {:>10.0f} {:>9.3f} {:>9.3f}{}\n", r.in_flight, r.prompt, r.requests,
-               r.errors, double(r.requests) / r.seconds, r.p50, r.p99,
-               (r.note.empty() ? "" : "  " + r.note) + (r.first_error.empty() ? "" : "  " + r.first_error));
 
   // the needle probe end to end: render, score, journal (fdatasync per batch), 64 in flight
   {
@@ -181,44 +186,14 @@ int main(int argc, char** argv) {
         b, d.samples(), [&](int64_t i) { return needle_render(d, i, "fake-model"); }, dir + "/journal.jsonl",
         po);
     fmt::print(
-        "\nneedle probe, context 1024, {} prompts, 64 in flight, batches of {}: design {:.2f} s (tokenize + "
-        "verify), scoring {:.2f} s = {:.0f} requests/s journaled ({} failed)\n",
-        sum.total, b.max_batch(), build_s, sum.wall_s, double(sum.scored + sum.failed) / sum.wall_s,
-        sum.failed);
+        "\nneedle probe end to end, context 1024, 64 in flight (design = tokenize + verify; scoring "
+        "journals with fdatasync per batch):\n");
+    bench::Table needle(run, "needle",
+                        {bench::Col("prompts", 8), bench::Col("batch", 6), bench::Col("design s", 9, 2),
+                         bench::Col("scoring s", 10, 2), bench::Col("req/s", 10), bench::Col("failed", 7)});
+    needle.row({sum.total, b.max_batch(), build_s, sum.wall_s, double(sum.scored + sum.failed) / sum.wall_s,
+                sum.failed});
     std::filesystem::remove_all(dir);
-  }
-
-  // where one request's client-side CPU goes (single thread)
-  {
-    OpenAIOptions o;
-    o.model = "fake-model";
-    std::vector<int> tokens(128, 1234);
-    const int reps = 20000;
-    auto t0 = Clock::now();
-    size_t sink = 0;
-    for (int i = 0; i < reps; ++i) {
-      std::string b = "{\"model\":\"fake-model\",\"max_tokens\":1,\"prompt\":[";
-      for (size_t k = 0; k < tokens.size(); ++k) {
-        if (k) b += ',';
-        b += fmt::format_int(tokens[k]).c_str();
-      }
-      b += "]}";
-      sink += b.size();
-    }
-    const double body_us = 1e6 * seconds_since(t0) / reps;
-    const std::string reply =
-        "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" "
-        "x\",\"logprobs\":{\"tokens\":[\"token_id:7\"],"
-        "\"token_logprobs\":[-0.05],\"top_logprobs\":[{\"token_id:7\":-0.05,\"token_id:1\":-3.5}]},\"finish_"
-        "reason\":\"length\"}],"
-        "\"usage\":{\"prompt_tokens\":128,\"completion_tokens\":1,\"total_tokens\":129}}";
-    t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) sink += completion_reply_parse(reply).chosen.size();
-    const double parse_us = 1e6 * seconds_since(t0) / reps;
-    fmt::print(
-        "\nclient CPU per request (one thread): request body of 128 ids {:.2f} us, reply parse {:.2f} us "
-        "({})\n",
-        body_us, parse_us, sink > 0 ? "ok" : "?");
   }
   return 0;
 }

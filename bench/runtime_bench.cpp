@@ -2,13 +2,13 @@
 // (two chunked-attention layers with MLPs, AdamW, fp32): allocator tuning on vs off, and all
 // cores vs one intra-op thread. Each setting runs in its own child process (the settings are
 // process-wide and applied at start), side by side in one invocation; prints ms/step and ratios.
-// Run by scripts/bench.sh. Not a test.
+// Usage: runtime_bench [--steps 8] [--json FILE] (--child STEPS is the child's own entry). Run by
+// scripts/bench.sh. Not a test.
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -16,6 +16,7 @@
 
 #include "attention/attention.h"
 #include "attention/zoo.h"
+#include "bench_common.h"
 #include "core/runtime.h"
 
 using namespace phasescope;
@@ -44,7 +45,7 @@ int child(int steps) {
   rusage before{};
   for (int s = 0; s < steps + 2; ++s) {
     if (s == 2) getrusage(RUSAGE_SELF, &before);
-    auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = bench::Clock::now();
     auto h = torch::randn({16, 256, c.d_model});
     for (int l = 0; l < 2; ++l) {
       h = h + attn[l]->forward(h);
@@ -53,13 +54,11 @@ int child(int steps) {
     opt.zero_grad();
     h.pow(2).mean().backward();
     opt.step();
-    if (s >= 2)
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (s >= 2) ms.push_back(bench::ms_since(t0));
   }
   rusage after{};
   getrusage(RUSAGE_SELF, &after);
-  std::sort(ms.begin(), ms.end());
-  fmt::print("{} {}\n", ms[ms.size() / 2], (after.ru_minflt - before.ru_minflt) / steps);
+  fmt::print("{} {}\n", bench::median(ms), (after.ru_minflt - before.ru_minflt) / steps);
   return 0;
 }
 
@@ -83,30 +82,40 @@ Measured run_child(const std::string& self, const std::string& env, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::string(argv[1]) == "--child") return child(std::stoi(argv[2]));
-  const int steps = 8;
+  bench::Run run("runtime_bench",
+                 "a training-like step under runtime_init()'s settings, each in its own process");
+  int steps = 8, child_steps = 0;
+  run.cli.add_option("--steps", steps, "timed steps per setting (after 2 warm-up steps)")
+      ->check(CLI::PositiveNumber);
+  run.cli.add_option("--child", child_steps,
+                     "run STEPS steps in this process and print the result (internal)");
+  if (const int rc = run.parse(argc, argv); rc >= 0) return rc;
+  if (child_steps > 0) return child(child_steps);
   const std::string self = argv[0];
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
 
   // the four settings, each in a fresh process
-  struct Row {
+  struct Setting {
     std::string name, env;
-    Measured m;
   };
-  std::vector<Row> rows = {
-      {fmt::format("tuned malloc, {} threads (default)", cores), "", {}},
-      {fmt::format("glibc default malloc, {} threads", cores), "PHASESCOPE_NO_MALLOC_TUNING=1", {}},
-      {"tuned malloc, 1 thread", "PHASESCOPE_THREADS=1", {}},
-      {"glibc default malloc, 1 thread", "PHASESCOPE_NO_MALLOC_TUNING=1 PHASESCOPE_THREADS=1", {}},
+  const std::vector<Setting> settings = {
+      {fmt::format("tuned malloc, {} threads (default)", cores), ""},
+      {fmt::format("glibc default malloc, {} threads", cores), "PHASESCOPE_NO_MALLOC_TUNING=1"},
+      {"tuned malloc, 1 thread", "PHASESCOPE_THREADS=1"},
+      {"glibc default malloc, 1 thread", "PHASESCOPE_NO_MALLOC_TUNING=1 PHASESCOPE_THREADS=1"},
   };
-  for (auto& r : rows) r.m = run_child(self, r.env, steps);
-
   fmt::print(
       "training-like step: 2 chunked-attention layers + MLP, d=128, B=16, T=256, AdamW, fp32; median of {} "
       "steps\n",
       steps);
-  fmt::print("{:<42} {:>10} {:>14} {:>12}\n", "setting", "ms/step", "page faults", "vs default");
-  for (const auto& r : rows)
-    fmt::print("{:<42} {:>10.1f} {:>14} {:>12.2f}\n", r.name, r.m.ms, r.m.faults, r.m.ms / rows[0].m.ms);
+  bench::Table table(run, "settings",
+                     {bench::Col("setting", 42).left(), bench::Col("ms/step", 10, 1),
+                      bench::Col("page faults", 14), bench::Col("vs default", 12, 2)});
+  double default_ms = 0;
+  for (const Setting& st : settings) {
+    const Measured m = run_child(self, st.env, steps);
+    if (default_ms == 0) default_ms = m.ms;
+    table.row({st.name, m.ms, m.faults, m.ms / default_ms});
+  }
   return 0;
 }

@@ -8,22 +8,21 @@
 // machine's cores; the server's torch threads are PHASESCOPE_THREADS (default: all cores). Run by
 // scripts/bench.sh. Not a test. Then generation (max_tokens 32, 1 and 8 clients) on the KV cache against
 // --no-kv-cache: requests/s and generated tokens/s.
-//   usage: serve_bench [--checkpoint DIR] [--seconds S per cell (default 5)]
+// Usage: serve_bench [--checkpoint DIR] [--seconds S per cell (default 5)] [--json FILE]
 #include <fmt/format.h>
 #include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/runtime.h"
 #include "eval/layout.h"
 #include "eval/model_backend.h"
@@ -32,7 +31,9 @@
 #include "train/trainer.h"
 
 using namespace phasescope;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::load_average;
+using bench::percentile;
 
 namespace {
 
@@ -43,20 +44,6 @@ struct Cell {
   std::vector<double> ms;  // latency of every completed request
   double mean_rows = 0;    // sequences per forward pass during the cell
 };
-
-// The 1-minute load average (/proc/loadavg): on a shared machine it says how much the numbers can be trusted.
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one;
-  in >> one;
-  return one.empty() ? "?" : one;
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
-}
 
 // `clients` threads, each with its own keep-alive connection, send requests back to back for `seconds`.
 Cell run_cell(Server& server, const std::vector<std::string>& bodies, int clients, double seconds) {
@@ -81,7 +68,7 @@ Cell run_cell(Server& server, const std::vector<std::string>& bodies, int client
           ++errors;
           continue;
         }
-        ms[size_t(c)].push_back(std::chrono::duration<double, std::milli>(Clock::now() - ts).count());
+        ms[size_t(c)].push_back(bench::ms_since(ts));
       }
     });
   const auto t0 = Clock::now();
@@ -89,7 +76,7 @@ Cell run_cell(Server& server, const std::vector<std::string>& bodies, int client
   for (auto& t : threads) t.join();
   Cell cell;
   cell.clients = clients;
-  cell.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  cell.seconds = bench::seconds_since(t0);
   for (auto& v : ms) cell.ms.insert(cell.ms.end(), v.begin(), v.end());
   cell.requests = int64_t(cell.ms.size());
   cell.errors = errors;
@@ -103,22 +90,16 @@ Cell run_cell(Server& server, const std::vector<std::string>& bodies, int client
 
 int main(int argc, char** argv) {
   // options
+  bench::Run run("serve_bench", "load test of `phasescope serve`: batched vs unbatched, KV cache vs none");
   std::string checkpoint;
   double seconds = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--checkpoint")
-      checkpoint = argv[i + 1];
-    else if (a == "--seconds")
-      seconds = std::atof(argv[i + 1]);
-    else {
-      fmt::print(stderr, "usage: serve_bench [--checkpoint DIR] [--seconds S]\n");
-      return 2;
-    }
-  }
-  const RuntimeInfo rt = runtime_init();
-  fmt::print("runtime: {}; load average {} on {} cores\n", runtime_describe(rt), load_average(),
-             std::thread::hardware_concurrency());
+  run.cli.add_option("--checkpoint", checkpoint,
+                     "model folder (default: w8s8-1kv at its seeded random init)");
+  run.cli.add_option("--seconds", seconds, "seconds per cell")->check(CLI::PositiveNumber);
+  if (const int rc = run.parse(argc, argv); rc >= 0) return rc;
+  run.info("runtime", runtime_describe(runtime_init()));
+  run.info("load average at the start", load_average());
+  run.info("cores", std::to_string(std::thread::hardware_concurrency()));
 
   // the checkpoint: given, or w8s8-1kv at its seeded init in a temp folder
   std::string tmp;
@@ -136,14 +117,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> bodies;
   for (const LayoutSample& s : design.samples)
     bodies.push_back(nlohmann::json{{"prompt", s.tokens}, {"max_tokens", 1}, {"temperature", 0}}.dump());
-  fmt::print("model: {} ({}), prompts of {} tokens, max_tokens 1, {:.0f} s per cell\n\n", preset.name,
+  fmt::print("model: {} ({}), prompts of {} tokens, max_tokens 1, {:g} s per cell\n\n", preset.name,
              checkpoint, design.prompt_len, seconds);
 
   // the forward pass alone (no HTTP): what one batch costs at each size, on this thread
   {
     LoadedModel m = model_load(checkpoint);
     torch::NoGradGuard no_grad;
-    fmt::print("forward pass alone (model_last_logprobs, {} tokens):", design.prompt_len);
+    fmt::print("forward pass alone (model_last_logprobs, {} tokens):\n", design.prompt_len);
+    bench::Table table(run, "forward",
+                       {bench::Col("batch", 6), bench::Col("ms", 9, 1), bench::Col("ms/row", 9, 2)});
     for (int B : {1, 8, 16, 32, 64}) {
       std::vector<const std::vector<int>*> prompts;
       for (int i = 0; i < B; ++i)
@@ -152,10 +135,10 @@ int main(int argc, char** argv) {
       const int reps = std::max(2, 64 / B);
       const auto t0 = Clock::now();
       for (int r = 0; r < reps; ++r) model_last_logprobs(*m.model, prompts);
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / reps;
-      fmt::print("  B={} {:.1f} ms ({:.2f} ms/row)", B, ms, ms / B);
+      const double ms = bench::ms_since(t0) / reps;
+      table.row({B, ms, ms / B});
     }
-    fmt::print("\n\n");
+    fmt::print("\n");
   }
 
   // batched and unbatched servers, all up at once; the cells run interleaved (for each client count, each
@@ -181,17 +164,18 @@ int main(int argc, char** argv) {
   for (int clients : client_counts)
     for (size_t b = 0; b < configs.size(); ++b)
       cells[b].push_back(run_cell(*servers[b], bodies, clients, seconds));
-  fmt::print("{:<32} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n", "server", "clients", "requests",
-             "req/s", "p50 ms", "p90 ms", "p99 ms", "rows/pass", "errors");
+  bench::Table table(run, "score",
+                     {bench::Col("server", 34).left(), bench::Col("clients", 7), bench::Col("requests", 9),
+                      bench::Col("req/s", 9, 1), bench::Col("p50 ms", 9, 1), bench::Col("p90 ms", 9, 1),
+                      bench::Col("p99 ms", 9, 1), bench::Col("rows/pass", 10, 1), bench::Col("errors", 7)});
   for (size_t b = 0; b < configs.size(); ++b) {
     const Config& cfg = configs[b];
     const std::string name =
         cfg.max_batch == 1 ? std::string("--max-batch 1 (unbatched)")
                            : fmt::format("--max-batch {} --batch-window-ms {}", cfg.max_batch, cfg.window_ms);
     for (const Cell& c : cells[b])
-      fmt::print("{:<32} {:>7} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n", name, c.clients,
-                 c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5), percentile(c.ms, 0.9),
-                 percentile(c.ms, 0.99), c.mean_rows, c.errors);
+      table.row({name, c.clients, c.requests, double(c.requests) / c.seconds, percentile(c.ms, 0.5),
+                 percentile(c.ms, 0.9), percentile(c.ms, 0.99), c.mean_rows, c.errors});
     servers[b]->shutdown();
   }
 
@@ -218,18 +202,19 @@ int main(int argc, char** argv) {
       for (size_t b = 0; b < 2; ++b) gc[b].push_back(run_cell(*gen[b], gen_bodies, clients, seconds));
     fmt::print("\ngeneration, max_tokens 32 (prompts of {} tokens), --max-batch 32 --batch-window-ms 2:\n",
                design.prompt_len);
-    fmt::print("{:<32} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n", "server", "clients", "requests",
-               "req/s", "tokens/s", "p50 ms", "p90 ms", "errors");
+    bench::Table table(run, "generate",
+                       {bench::Col("server", 34).left(), bench::Col("clients", 7), bench::Col("requests", 9),
+                        bench::Col("req/s", 9, 2), bench::Col("tokens/s", 9, 1), bench::Col("p50 ms", 9, 1),
+                        bench::Col("p90 ms", 10, 1), bench::Col("errors", 7)});
     for (size_t b = 0; b < 2; ++b) {
       for (const Cell& c : gc[b])
-        fmt::print("{:<32} {:>7} {:>9} {:>9.2f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7}\n",
-                   b == 0 ? "KV cache (default)" : "--no-kv-cache", c.clients, c.requests,
+        table.row({b == 0 ? "KV cache (default)" : "--no-kv-cache", c.clients, c.requests,
                    double(c.requests) / c.seconds, 32.0 * double(c.requests) / c.seconds,
-                   percentile(c.ms, 0.5), percentile(c.ms, 0.9), c.errors);
+                   percentile(c.ms, 0.5), percentile(c.ms, 0.9), c.errors});
       gen[b]->shutdown();
     }
   }
-  fmt::print("load average at the end: {}\n", load_average());
+  run.info("load average at the end", load_average());
   if (!tmp.empty()) std::filesystem::remove_all(tmp);
   return 0;
 }

@@ -5,17 +5,18 @@
 // corpus, and the corpus without its 11 "long" rows (0.5-4 KB texts such as 4000 x "a", which cost
 // both sides most of the time). The JS numbers come from tests/js/bench_encode.mjs (same strings, same
 // protocol, in a child process). Prints MB/s (UTF-8 input bytes) and C++/JS; one thread each.
-// Needs `npm ci --prefix tests/js` (scripts/bench.sh runs it). Usage: tokenizer_bench [bytes]. Not a test.
+// Needs `npm ci --prefix tests/js` (scripts/bench.sh runs it). Usage: tokenizer_bench [BYTES (default
+// 1000000)] [--json FILE]. Not a test.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace phasescope;
@@ -23,10 +24,6 @@ using namespace phasescope;
 namespace {
 
 const std::string kSource = PHASESCOPE_SOURCE_DIR;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The corpus strings, repeated until they hold `target` bytes (the JS side builds the same list).
 std::vector<std::string> corpus_texts(size_t target, bool no_long, size_t& bytes) {
@@ -52,10 +49,10 @@ struct Pass {
 };
 
 Pass encode_pass(const Tokenizer& tok, const std::vector<std::string>& texts) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = bench::Clock::now();
   size_t tokens = 0;
   for (const std::string& t : texts) tokens += tok.encode(t).size();
-  return {seconds_since(t0), tokens};
+  return {bench::seconds_since(t0), tokens};
 }
 
 // The JS side: one JSON line from tests/js/bench_encode.mjs, or null when node or the install is missing.
@@ -78,13 +75,19 @@ nlohmann::json js_side(const std::string& name, size_t target, bool no_long) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const size_t target = argc > 1 ? std::stoul(argv[1]) : 1000000;
+  bench::Run run("tokenizer_bench", "encode speed of the C++ tokenizer vs the JavaScript reference");
+  size_t target = 1000000;
+  run.cli.add_option("bytes", target, "bytes of text per workload (the corpus repeated)")
+      ->check(CLI::PositiveNumber);
+  if (const int rc = run.parse(argc, argv); rc >= 0) return rc;
   fmt::print(
       "each workload: the corpus repeated to ~{:.1f} MB, one string per encode, no special tokens;\n"
       "MB/s of UTF-8 input, one thread each; first = fresh tokenizer, best = best of 3 further passes\n\n",
       target / 1e6);
-  fmt::print("{:<12} {:<29} {:>6} {:>10} {:>10} {:>8}\n", "tokenizer", "workload", "pass", "C++ MB/s",
-             "JS MB/s", "C++/JS");
+  bench::Table table(run, "encode",
+                     {bench::Col("tokenizer", 12).left(), bench::Col("workload", 29).left(),
+                      bench::Col("pass", 6), bench::Col("C++ MB/s", 10, 2), bench::Col("JS MB/s", 10, 2),
+                      bench::Col("C++/JS", 8, 1, "x"), bench::Col("note", 0).left()});
 
   for (const std::string name : {"deepseek_v3", "qwen3"}) {
     const std::string path =
@@ -102,20 +105,19 @@ int main(int argc, char** argv) {
       double best = 1e30;
       for (int i = 0; i < 3; ++i) best = std::min(best, encode_pass(tok, texts).s);
 
-      // JS on the same strings, same protocol
+      // JS on the same strings, same protocol; the same work on both sides: the token counts must agree
       const nlohmann::json js = js_side(name, target, no_long);
-      const double js_first = js.is_null() ? 0 : js["js_first_mb_s"].get<double>();
-      const double js_best = js.is_null() ? 0 : js["js_best_mb_s"].get<double>();
-      auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-      fmt::print("{:<12} {:<29} {:>6} {:>10.2f} {:>10.2f} {:>7.1f}x\n", name, workload, "first", mb / first.s,
-                 js_first, ratio(mb / first.s, js_first));
-      fmt::print("{:<12} {:<29} {:>6} {:>10.2f} {:>10.2f} {:>7.1f}x\n", "", "", "best", mb / best, js_best,
-                 ratio(mb / best, js_best));
-
-      // the same work on both sides: the token counts must agree
-      if (!js.is_null() && js["tokens"].get<size_t>() != first.tokens)
-        fmt::print("{:<12} token counts differ: C++ {} vs JS {}\n", "", first.tokens,
-                   js["tokens"].get<size_t>());
+      const bool has_js = !js.is_null();
+      const double js_first = has_js ? js["js_first_mb_s"].get<double>() : 0;
+      const double js_best = has_js ? js["js_best_mb_s"].get<double>() : 0;
+      const std::string note =
+          has_js && js["tokens"].get<size_t>() != first.tokens
+              ? fmt::format("token counts differ: C++ {} vs JS {}", first.tokens, js["tokens"].get<size_t>())
+              : "";
+      table.row({name, workload, "first", mb / first.s, bench::if_known(has_js, js_first),
+                 bench::if_known(has_js && js_first > 0, mb / first.s / js_first), note});
+      table.row({name, workload, "best", mb / best, bench::if_known(has_js, js_best),
+                 bench::if_known(has_js && js_best > 0, mb / best / js_best), note});
     }
   }
   return 0;

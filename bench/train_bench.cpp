@@ -9,18 +9,19 @@
 //             unembedding on the scored rows only (lm_loss_scored), the research script computes
 //             every logit and masks with ignore_index, as such scripts do;
 //   "dense" — random tokens with a target at every position (no row to skip: the kernels alone).
-// All runs use the same thread count. Run by scripts/bench.sh. Not a test.
+// All runs use the same thread count. Usage: train_bench [--steps 20] [--presets w8s8-1kv,full-1kv]
+// [--json FILE]. Run by scripts/bench.sh. Not a test.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/runtime.h"
 #include "data/tasks.h"
 #include "model/model.h"
@@ -30,22 +31,8 @@ using namespace phasescope;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// sgemm FLOP/s of a 1024 x 1024 x 1024 product (best of 5 after a warm-up).
-double sgemm_rate() {
-  auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
-  torch::mm(a, b);
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto c = torch::mm(a, b);
-    best = std::min(best, seconds_since(t0));
-  }
-  return 2.0 * 1024 * 1024 * 1024 / best;
-}
+using bench::Clock;
+using bench::seconds_since;
 
 // Useful FLOPs of one training step (forward + backward = 3 x forward): every matrix product with
 // a weight, plus attention scores and weighted sums over the keys a query reads (causal full
@@ -128,12 +115,12 @@ Speed phasescope_speed(const Preset& p, int steps, const Batches& data) {
   Speed out;
   std::vector<double> times;  // per timed step; the median is reported (single steps vary by ~20% here)
   for (int s = 0; s < steps + 2; ++s) {
-    auto ta = std::chrono::steady_clock::now();
+    auto ta = Clock::now();
     opt.zero_grad();
     auto loss = lm_loss_scored(*m, data.tokens[size_t(s)], data.targets[size_t(s)]);
-    auto tb = std::chrono::steady_clock::now();
+    auto tb = Clock::now();
     loss.backward();
-    auto tc = std::chrono::steady_clock::now();
+    auto tc = Clock::now();
     torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
     opt.step();
     if (s >= 2) {
@@ -143,8 +130,7 @@ Speed phasescope_speed(const Preset& p, int steps, const Batches& data) {
       times.push_back(seconds_since(ta));
     }
   }
-  std::sort(times.begin(), times.end());
-  out.step_s = times[times.size() / 2];
+  out.step_s = bench::median(times);
   const double mean_s = out.fwd_s + out.bwd_s + out.opt_s;  // shares below are of the mean step
   out.fwd_s /= mean_s / out.step_s, out.bwd_s /= mean_s / out.step_s, out.opt_s /= mean_s / out.step_s;
   out.tok_s = double(p.train.batch) * p.task.seq_len / out.step_s;
@@ -183,45 +169,55 @@ double python_speed(const Preset& p, bool tune, int steps, int threads, const st
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bench::Run run("train_bench",
+                 "training speed of the laptop presets: phasescope vs the same model in PyTorch-Python");
+  int steps = 20;
+  std::vector<std::string> presets = {"w8s8-1kv", "full-1kv"};
+  run.cli.add_option("--steps", steps, "timed steps per run (after 2 warm-up steps)")
+      ->check(CLI::PositiveNumber);
+  run.cli.add_option("--presets", presets, "presets to train, e.g. w8s8-1kv,full-1kv")->delimiter(',');
+  if (const int rc = run.parse(argc, argv); rc >= 0) return rc;
+
   // same set-up as every phasescope binary; the Python runs get the same thread count
   RuntimeInfo rt = runtime_init();
-  fmt::print("runtime: {}\n", runtime_describe(rt));
-  const double peak = sgemm_rate();
-  fmt::print("sgemm 1024^3: {:.1f} GFLOP/s\n\n", peak / 1e9);
-  const int steps = 20;
+  run.info("runtime", runtime_describe(rt));
+  const double peak_gflops = bench::sgemm_gflops();
+  run.info("sgemm 1024^3 GFLOP/s", peak_gflops);
+  fmt::print(
+      "\nworkload 'task': the preset's training rows; phasescope's last layer and unembedding run on scored "
+      "rows only, PyTorch-Python on every row\n"
+      "workload 'dense': random tokens, every position scored (no rows to skip)\n"
+      "py = PyTorch-Python as is, py tuned = with phasescope's allocator settings; step ms and its shares "
+      "(forward, backward, clip + AdamW) are phasescope's\n\n");
 
+  // both workloads, each preset: phasescope, then the research script twice, on the same batches
   const std::string data =
       (std::filesystem::temp_directory_path() / fmt::format("phasescope_train_bench_{}.bin", ::getpid()))
           .string();
-  for (const std::string workload : {"task", "dense"}) {
-    fmt::print("workload '{}': {}\n", workload,
-               workload == "task" ? "the preset's training rows; phasescope's last layer and unembedding run "
-                                    "on scored rows only, PyTorch-Python on every row"
-                                  : "random tokens, every position scored (no rows to skip)");
-    fmt::print("{:<10} {:>8} {:>12} {:>14} {:>14} {:>8} {:>8} {:>10}\n", "preset", "scored", "phasescope",
-               "pytorch-py", "pytorch-py", "vs py", "vs py", "FLOP rate");
-    fmt::print("{:<10} {:>8} {:>12} {:>14} {:>14} {:>8} {:>8} {:>10}\n", "", "/ step", "tok/s",
-               "default tok/s", "tuned tok/s", "default", "tuned", "/ sgemm");
-    for (const std::string name : {"w8s8-1kv", "full-1kv"}) {
+  bench::Table table(
+      run, "train",
+      {bench::Col("workload", 8).left(), bench::Col("preset", 10).left(), bench::Col("scored/step", 11),
+       bench::Col("ours tok/s", 10), bench::Col("py tok/s", 9), bench::Col("py tuned tok/s", 14),
+       bench::Col("vs py", 6, 2), bench::Col("vs tuned", 8, 2), bench::Col("FLOP/sgemm", 10, 1, "%"),
+       bench::Col("step ms", 8), bench::Col("fwd", 4, 0, "%"), bench::Col("bwd", 4, 0, "%"),
+       bench::Col("opt", 4, 0, "%")});
+  for (const std::string workload : {"task", "dense"})
+    for (const std::string& name : presets) {
       Preset p = preset_load(name);
       p.model.vocab_size = task_vocab(p.task).size();
       model_config_sync(p.model, name);
       const Batches b = workload == "task" ? task_batches(p, steps + 2) : dense_batches(p, steps + 2);
       write_batches(b, data);
-      Speed ours = phasescope_speed(p, steps, b);
+      const Speed ours = phasescope_speed(p, steps, b);
       const double py = python_speed(p, false, steps, rt.threads, data);
       const double py_tuned = python_speed(p, true, steps, rt.threads, data);
-      fmt::print("{:<10} {:>8.0f} {:>12.0f} {:>14.0f} {:>14.0f} {:>8.2f} {:>8.2f} {:>9.1f}%\n", name,
-                 b.scored, ours.tok_s, py, py_tuned, py > 0 ? ours.tok_s / py : 0.0,
-                 py_tuned > 0 ? ours.tok_s / py_tuned : 0.0, 100 * ours.flops / peak);
-      fmt::print(
-          "{:<10} phasescope step {:.0f} ms = forward {:.0f}% + backward {:.0f}% + clip/AdamW {:.0f}%\n", "",
-          1e3 * ours.step_s, 100 * ours.fwd_s / ours.step_s, 100 * ours.bwd_s / ours.step_s,
-          100 * ours.opt_s / ours.step_s);
+      table.row({workload, name, b.scored, ours.tok_s, bench::if_known(py > 0, py),
+                 bench::if_known(py_tuned > 0, py_tuned), bench::if_known(py > 0, ours.tok_s / py),
+                 bench::if_known(py_tuned > 0, ours.tok_s / py_tuned), 100 * ours.flops / (peak_gflops * 1e9),
+                 1e3 * ours.step_s, 100 * ours.fwd_s / ours.step_s, 100 * ours.bwd_s / ours.step_s,
+                 100 * ours.opt_s / ours.step_s});
     }
-    fmt::print("\n");
-  }
   std::filesystem::remove(data);
   return 0;
 }

@@ -4,7 +4,11 @@
 # PyTorch-Python, tokenizer encode speed vs the JavaScript reference (tests/js, via npm), the
 # HTTP server under load (serve_bench: req/s and latency at 1/8/64 clients, batched vs unbatched),
 # the HTTP probe client's request rate against an instant local server (probe_bench), and decoding with
-# the compressed KV cache per kind (decode_bench: cache bytes per token, cached step vs whole forward).
+# the compressed KV cache per kind (decode_bench: cache bytes per token, cached step vs whole forward);
+# then the plain per-call costs through Google Benchmark (micro_bench: the probe client's request body and
+# reply parse, the sgemm rate). Every bench prints aligned tables; their rows also go, one JSON object per
+# line, to build/bench-results.jsonl (bench/bench_common.h: --json FILE), micro_bench's to
+# build/micro_bench.json (Google Benchmark's own format).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,12 +17,16 @@ if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install o
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get install -y -qq --no-install-recommends python3-torch
 fi
-bash scripts/build.sh --target attention_bench decode_bench runtime_bench train_bench tokenizer_bench serve_bench probe_bench
+bash scripts/build.sh --target attention_bench decode_bench runtime_bench train_bench tokenizer_bench serve_bench \
+  probe_bench micro_bench
 bash scripts/js_reference.sh   # the real tokenizer.json files and the JS reference tokenizer_bench runs
-./build/tokenizer_bench
-./build/runtime_bench
-./build/train_bench
-./build/attention_bench --benchmark_color=false
-./build/decode_bench
-./build/serve_bench
-./build/probe_bench
+results=build/bench-results.jsonl   # appended to: one run line per bench, then its rows
+./build/tokenizer_bench --json "$results"
+./build/runtime_bench --json "$results"
+./build/train_bench --json "$results"
+./build/attention_bench --json "$results"
+./build/decode_bench --json "$results"
+./build/serve_bench --json "$results"
+./build/probe_bench --json "$results"
+./build/micro_bench --benchmark_color=false --benchmark_out=build/micro_bench.json --benchmark_out_format=json
+echo "bench: rows in $results, micro_bench in build/micro_bench.json"
