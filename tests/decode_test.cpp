@@ -1,4 +1,4 @@
-// decode_test.cpp — the decode path (issue 17) against the whole-sequence forward: for every variant of
+// decode_test.cpp — the decode path against the whole-sequence forward: for every variant of
 // the attention tests (full, window, chunked with each option: overlap, tied K/V, vector and uniform
 // gates, no gate bias, shared payload, uncompressed tail, sink, partial RoPE, several KV heads; DeepSeek
 // CSA with its indexer and overlap, HCA, V4.1 CSA2, window-only), on random weights, prefill T0 tokens
@@ -133,19 +133,26 @@ TEST(Decode, BlockedIndexerSelectionEqualsOneShot) {
   EXPECT_LE(max_abs_diff(a->forward(x, 0), a->forward(x, 0, &tr)), 1e-12);
 }
 
+// A preset's model at test size, synced: vocabulary 64, d = 32, head dim 8 (DeepSeek-style layers keep
+// theirs: they rotate 16 dims), and the MLP width given (-1: the preset's).
+ModelConfig small_model(const std::string& preset, int mlp_hidden = -1) {
+  ModelConfig m = preset_load(preset).model;
+  m.vocab_size = 64;
+  m.d_model = 32;
+  if (!attn_is_ds(m.layers.at(0))) m.head_dim = 8;
+  if (mlp_hidden >= 0) m.mlp_hidden = mlp_hidden;
+  model_config_sync(m, preset);
+  return m;
+}
+
 TEST(Decode, DecoderLogitsEqualTheForward) {
   for (const char* preset :
        {"w8s8-1kv", "full-1kv", "w8s4-1kv", "uncompressed-tail", "tied-kv", "dsv4-csa", "hca", "v41-csa2"}) {
-    Preset p = preset_load(preset);
-    p.model.vocab_size = 64;
-    p.model.d_model = 32;
-    if (!attn_is_ds(p.model.layers.at(0))) p.model.head_dim = 8;  // DeepSeek presets rotate 16 dims
-    p.model.mlp_hidden = 48;
-    model_config_sync(p.model, preset);
-    ASSERT_TRUE(decoder_can_decode(p.model)) << preset;
+    const ModelConfig mc = small_model(preset, 48);
+    ASSERT_TRUE(decoder_can_decode(mc)) << preset;
     for (torch::Dtype dt : {torch::kFloat64, torch::kFloat32}) {
       torch::manual_seed(3);
-      Decoder m(p.model);
+      Decoder m(mc);
       m->to(dt);
       torch::NoGradGuard ng;
       const int64_t T0 = 11, T = 72;  // dsv4-csa: 18 entries, more than its top-16
@@ -165,13 +172,9 @@ TEST(Decode, DecoderLogitsEqualTheForward) {
 // sequences of different lengths decode together (each over its own cache) and one can leave midway
 TEST(Decode, RaggedBatchEqualsEachSequencesForward) {
   for (const char* preset : {"w8s8-1kv", "dsv4-csa"}) {
-    Preset p = preset_load(preset);
-    p.model.vocab_size = 64;
-    p.model.d_model = 32;
-    if (!attn_is_ds(p.model.layers.at(0))) p.model.head_dim = 8;
-    model_config_sync(p.model, preset);
+    const ModelConfig mc = small_model(preset);
     torch::manual_seed(4);
-    Decoder m(p.model);
+    Decoder m(mc);
     m->to(torch::kFloat64);
     torch::NoGradGuard ng;
     const std::vector<int64_t> prompt_len = {5, 12, 20};
@@ -206,13 +209,9 @@ TEST(Decode, RaggedBatchEqualsEachSequencesForward) {
 
 // generation with the cache gives the tokens and log-probs of generation without it
 TEST(Decode, CachedGenerationEqualsUncached) {
-  Preset p = preset_load("w8s8-1kv");
-  p.model.vocab_size = 64;
-  p.model.d_model = 32;
-  p.model.head_dim = 8;
-  model_config_sync(p.model, "w8s8-1kv");
+  const ModelConfig mc = small_model("w8s8-1kv");
   torch::manual_seed(5);
-  Decoder m(p.model);
+  Decoder m(mc);
   std::vector<int> prompt;
   for (int i = 0; i < 21; ++i) prompt.push_back((i * 7) % 64);
   const GenerateResult a = generate_greedy(*m, prompt, 30, true), b = generate_greedy(*m, prompt, 30, false);

@@ -17,18 +17,18 @@
 #include "eval/model_backend.h"
 #include "model/load.h"
 #include "model/model.h"
+#include "testing.h"
 
 using namespace phasescope;
 namespace fs = std::filesystem;
 
 namespace {
 
+// testutil::tiny_preset with 12 records per prompt (small() balances its layout for that), and the
+// vocabulary set, since the tests build a Decoder from p.model directly.
 Preset tiny(const std::string& name) {
-  Preset p = preset_load(name);
-  p.model.d_model = 32;
-  p.model.head_dim = 8;
+  Preset p = testutil::tiny_preset(name);
   p.task.n_records = 12;
-  p.task.n_demos = 4;
   p.model.vocab_size = task_vocab(p.task).size();
   return preset_from_json(preset_to_json(p), "tiny " + name);
 }
@@ -40,7 +40,7 @@ ExplainOptions small() {
   o.R = 8;
   o.deltas = {-1, 2};
   o.report = false;
-  o.fresh = true;  // fixed temp folders: never resume another test run's journals
+  o.fresh = true;  // every condition scored anew (the resume test turns this off)
   return o;
 }
 
@@ -101,7 +101,7 @@ TEST(Explain, GateStatisticsOfForcedGates) {
       a.param("cv_gate_b").zero_();
     }
   }
-  ExplainResults r = explain_run(m, p, small(), (fs::temp_directory_path() / "ps_explain_gates").string());
+  ExplainResults r = explain_run(m, p, small(), testutil::tmp_dir("explain_gates"));
   ASSERT_EQ(r.gates.size(), size_t(2 * p.model.n_layers));
   for (const auto& g : r.gates) {
     if (g.branch == "k") {
@@ -125,7 +125,7 @@ TEST(Explain, KnockoutOfAnUnusedLayerChangesNothing) {
     torch::NoGradGuard g;
     m->attention(1)->param("wo").zero_();  // layer 1 writes nothing to the residual stream
   }
-  ExplainResults r = explain_run(m, p, small(), (fs::temp_directory_path() / "ps_explain_ko").string());
+  ExplainResults r = explain_run(m, p, small(), testutil::tmp_dir("explain_ko"));
   ASSERT_EQ(r.knockouts.size(), 2u);
   const KnockoutRow& unused = r.knockouts[1];
   EXPECT_EQ(unused.label, "L1");
@@ -158,7 +158,7 @@ TEST(Explain, KnockoutRowsPerKvHead) {
   Decoder m(p.model);
   ExplainOptions o = small();
   o.deltas = {};
-  ExplainResults r = explain_run(m, p, o, (fs::temp_directory_path() / "ps_explain_kv").string());
+  ExplainResults r = explain_run(m, p, o, testutil::tmp_dir("explain_kv"));
   ASSERT_EQ(r.knockouts.size(), size_t(p.model.n_layers * 3));  // the layer, then each of its 2 KV heads
   EXPECT_EQ(r.knockouts[1].label, "L0.kv0");
   const int G = p.model.n_heads / 2;
@@ -181,8 +181,7 @@ TEST(Explain, GateCyclingRoundTripIsExact) {
   lm.model = m;
   lm.hash = model_content_hash(*m, p);
   ModelBackend backend(lm, p.name, 5, 16);
-  const std::string jdir = (fs::temp_directory_path() / "ps_explain_cyc_journals").string();
-  fs::create_directories(jdir);
+  const std::string jdir = testutil::tmp_dir("explain_cyc_journals");
   PhaseAccuracy a0 = explain_accuracy(backend, d, 8, p.name, "clean", jdir + "/a0.jsonl", true, &c0);
 
   EXPECT_EQ(gate_cycle(*m, 3), (std::vector<int>{0, 1}));
@@ -207,7 +206,7 @@ TEST(Explain, GateCyclingRoundTripIsExact) {
   EXPECT_EQ(a0.acc, a1.acc);
 
   // explain_run restores the weights itself after its cycling sweep
-  explain_run(m, p, small(), (fs::temp_directory_path() / "ps_explain_cyc").string());
+  explain_run(m, p, small(), testutil::tmp_dir("explain_cyc"));
   i = 0;
   for (const auto& t : m->parameters()) EXPECT_TRUE(torch::equal(t, before[i++]));
 }
@@ -264,7 +263,7 @@ TEST(Explain, RNotAMultipleOfTheStrideIsAUserError) {
   ExplainOptions o = small();
   o.R = 7;
   try {
-    explain_run(m, p, o, (fs::temp_directory_path() / "ps_explain_badr").string());
+    explain_run(m, p, o, testutil::tmp_dir("explain_badr"));
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -280,7 +279,7 @@ TEST(Explain, AccuraciesCarryWilsonIntervalsAndResume) {
   Preset p = tiny("w8s8-1kv");
   torch::manual_seed(7);
   Decoder m(p.model);
-  const std::string dir = (fs::temp_directory_path() / "ps_explain_ci").string();
+  const std::string dir = testutil::tmp_dir("explain_ci");
   ExplainResults r = explain_run(m, p, small(), dir);
   ASSERT_FALSE(r.knockouts.empty());
   for (const PhaseAccuracy* a : {&r.clean, &r.knockouts[0].acc}) {

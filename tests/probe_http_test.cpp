@@ -39,6 +39,7 @@
 #include "http/server_tokenizer.h"
 #include "probe/flip.h"
 #include "probe/needle.h"
+#include "testing.h"
 
 namespace phasescope {
 namespace {
@@ -50,18 +51,8 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string temp_dir(const std::string& name) {
-  std::string tmpl = (fs::temp_directory_path() / ("phasescope-" + name + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-  return tmpl;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testutil::slurp;
+using testutil::tmp_dir;
 
 // Fast retries for tests: backoff of 10-50 ms, a short rest.
 HttpOptions fast(const std::vector<std::string>& urls, double timeout_s = 2, int retries = 3) {
@@ -578,7 +569,7 @@ TEST(NeedleProbe, RecoversAPlantedPhasePatternExactly) {
     EXPECT_EQ(ps.prompt[size_t(ps.rec.target_pos) + 2], ps.answer[0]);
   }
 
-  const std::string out = temp_dir("needle");
+  const std::string out = tmp_dir("needle");
   NeedleRunOptions ro;
   ro.model = "fake-model";
   ro.bootstrap = 100;
@@ -628,7 +619,7 @@ TEST(NeedleProbe, MultiTokenValuesAreTeacherForced) {
   const NeedleDesign d = needle_build(spec, ts, nullptr);
   EXPECT_EQ(d.record_tokens, 5);
   EXPECT_EQ(d.vocab.values.size(), 7u);  // " one" has one token: left out
-  const std::string out = temp_dir("needle2");
+  const std::string out = tmp_dir("needle2");
   NeedleRunOptions ro;
   ro.model = "fake-model";
   ro.bootstrap = 50;
@@ -659,7 +650,7 @@ TEST(FlipProbe, FindsThePlantedPeriodOnTheFp8Template) {
   const FlipDesign d = flip_build(flip_fp8_example(), ts, nullptr);
   ASSERT_EQ(d.points.size(), 16u);  // L = 24..39, one "=" per token
   for (size_t i = 1; i < d.points.size(); ++i) EXPECT_EQ(d.points[i].units, d.points[i - 1].units + 1);
-  const std::string out = temp_dir("flip");
+  const std::string out = tmp_dir("flip");
   FlipRunOptions ro;
   ro.model = "fake-model";
   const FlipResult r = flip_run(b, d, ro, out);
@@ -742,7 +733,7 @@ TEST(EvalOverHttp, LookupLayoutThroughTheHttpBackend) {
   opt.model = "fake";
   opt.bootstrap = 50;
   opt.report = false;
-  const std::string out = temp_dir("evalhttp");
+  const std::string out = tmp_dir("evalhttp");
   const EvalResults r = run_eval(b, opt, out);
   EXPECT_EQ(r.stats.n_scored, 24 * 24);
   EXPECT_EQ(r.stats.n_errors, 0);
@@ -786,7 +777,7 @@ TEST(ProbeCli, ResumeAfterKillLosesNothingAndDuplicatesNothing) {
     }
     return false;
   };
-  const std::string out = temp_dir("cli");
+  const std::string out = tmp_dir("cli");
   const std::vector<std::string> args = {PHASESCOPE_CLI,
                                          "probe",
                                          "needle",

@@ -92,7 +92,7 @@ std::string lightly_trained_checkpoint() {
   p.train.ckpt_every = 60;
   p.train.log_every = 60;
   TrainOptions t;
-  t.out_dir = ts::temp_dir("xcheck");
+  t.out_dir = testutil::tmp_dir("xcheck");
   t.log = [](const std::string&) {};
   train_run(preset_from_json(preset_to_json(p), "cross-check preset"), t);
   return t.out_dir;
@@ -111,7 +111,8 @@ TEST(ServeCrossCheck, InProcessAndHttpGiveIdenticalAnswersAndTables) {
     o.bootstrap = 200;
     o.report = false;
     o.log = nullptr;
-    const std::string dir_local = ts::temp_dir("xcheck-local"), dir_http = ts::temp_dir("xcheck-http");
+    const std::string dir_local = testutil::tmp_dir("xcheck-local"),
+                      dir_http = testutil::tmp_dir("xcheck-http");
     const EvalResults a = run_eval(local, o, dir_local);
     const EvalResults b = run_eval(http, o, dir_http);
 
@@ -193,7 +194,8 @@ TEST(ServeCrossCheck, HttpBackendMatchesInProcess) {
   o.bootstrap = 200;
   o.report = false;
   o.log = nullptr;
-  const std::string dir_local = ts::temp_dir("xcheck2-local"), dir_http = ts::temp_dir("xcheck2-http");
+  const std::string dir_local = testutil::tmp_dir("xcheck2-local"),
+                    dir_http = testutil::tmp_dir("xcheck2-http");
   const EvalResults a = run_eval(local, o, dir_local);
   const EvalResults b = run_eval(http, o, dir_http);
   const JournalLoad ja = journal_load(dir_local + "/journal.jsonl"),
@@ -254,7 +256,7 @@ TEST(ServeCrossCheck, ProbesRunAgainstOurOwnServer) {
   ro.model = c.model.id;
   ro.bootstrap = 50;
   ro.report = false;
-  const std::string dir_needle = ts::temp_dir("probe-needle");
+  const std::string dir_needle = testutil::tmp_dir("probe-needle");
   const EvalResults r = needle_run(*c.backend, d, ro, dir_needle);
   EXPECT_EQ(r.stats.n_scored, 8 * 32);
   EXPECT_EQ(r.stats.n_errors, 0);
@@ -268,7 +270,7 @@ TEST(ServeCrossCheck, ProbesRunAgainstOurOwnServer) {
       flip_build(flip_token_space_example(sp.fillers, sp.keys, sp.names), *c.tokens, nullptr);
   FlipRunOptions fo;
   fo.model = c.model.id;
-  const std::string dir_flip = ts::temp_dir("probe-flip");
+  const std::string dir_flip = testutil::tmp_dir("probe-flip");
   const FlipResult f = flip_run(*c.backend, fd, fo, dir_flip);
   EXPECT_EQ(f.unscored, 0);
   EXPECT_EQ(f.comparisons, int(fd.points.size()));

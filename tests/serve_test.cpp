@@ -898,10 +898,7 @@ TEST(ServeShutdown, SigtermFinishesInFlightRequestsAndExitsZero) {
   int port = 0;
   const auto t0 = Clock::now();
   while (port == 0 && since_ms(t0) < 60000) {
-    std::ifstream in(dir + "/serve.log");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string s = ss.str();
+    const std::string s = testutil::slurp(dir + "/serve.log");
     const size_t at = s.find("listening on http://127.0.0.1:");
     if (at != std::string::npos) port = std::atoi(s.c_str() + at + 30);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -928,11 +925,9 @@ TEST(ServeShutdown, SigtermFinishesInFlightRequestsAndExitsZero) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_EQ(in_flight.status, 200) << in_flight.raw;
   EXPECT_EQ(in_flight.body["usage"]["completion_tokens"], 400);
-  std::ifstream in(dir + "/serve.log");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  EXPECT_NE(ss.str().find("received SIGTERM"), std::string::npos) << ss.str();
-  EXPECT_NE(ss.str().find("stopped after"), std::string::npos) << ss.str();
+  const std::string log = testutil::slurp(dir + "/serve.log");
+  EXPECT_NE(log.find("received SIGTERM"), std::string::npos) << log;
+  EXPECT_NE(log.find("stopped after"), std::string::npos) << log;
   std::filesystem::remove_all(dir);
 }
 

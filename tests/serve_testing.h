@@ -1,6 +1,7 @@
-// serve_testing.h — shared by the serve tests: a tiny seeded-random checkpoint (untrained: the tests
-// check exactness and plumbing, not accuracy), a server on a free loopback port, and JSON over HTTP
-// with httplib::Client. (Includes libtorch through train/trainer.h, for train_write_init.)
+// serve_testing.h — shared by the serve tests, built on testing.h (temp folders, the tiny preset): a tiny
+// seeded-random checkpoint (untrained: the tests check exactness and plumbing, not accuracy), a server on
+// a free loopback port, and JSON over HTTP with httplib::Client. (Includes libtorch through
+// train/trainer.h, for train_write_init.)
 #pragma once
 #include <httplib.h>
 
@@ -12,6 +13,7 @@
 
 #include "model/config.h"
 #include "serve/server.h"
+#include "testing.h"
 #include "train/trainer.h"
 
 namespace phasescope {
@@ -19,30 +21,18 @@ namespace testing_serve {
 
 using json = nlohmann::json;
 
-// w8s8-1kv shrunk: d=32, 16 records per lookup prompt, trained length 128 (the evaluation's prompts of
-// this preset are 106 tokens).
+// testutil::tiny_preset of w8s8-1kv with rows of 128 tokens (the evaluation's prompts of this preset are
+// 106 tokens).
 inline Preset tiny_preset() {
-  Preset p = preset_load("w8s8-1kv");
-  p.model.d_model = 32;
-  p.model.head_dim = 8;
+  Preset p = testutil::tiny_preset("w8s8-1kv");
   p.task.seq_len = 128;
-  p.task.n_records = 16;
-  p.task.n_demos = 4;
-  p.task.min_records = 8;
   p.name = "tiny-w8s8";
   return preset_from_json(preset_to_json(p), "tiny preset");
 }
 
-// A fresh empty folder under the system temp dir.
-inline std::string temp_dir(const std::string& name) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / ("phasescope-" + name + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-  return tmpl;
-}
-
 // A step-0 checkpoint of the tiny preset in a fresh folder.
 inline std::string tiny_checkpoint(const std::string& name) {
-  const std::string dir = temp_dir(name);
+  const std::string dir = testutil::tmp_dir(name);
   train_write_init(tiny_preset(), dir);
   return dir;
 }

@@ -499,11 +499,7 @@ TEST(Checkpoint, DamagedOrTruncatedFilesAreRefused) {
   const std::string dir = tmp_dir("corrupt");
   train_run(p, quiet(dir));
   const std::string path = checkpoint_path(dir);
-  std::string bytes;
-  {
-    std::ifstream f(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
+  const std::string bytes = testutil::slurp(path);
   auto expect_refused = [&](const std::string& content, const std::string& what) {
     const std::string bad = dir + "/bad.safetensors";
     std::ofstream(bad, std::ios::binary) << content;
