@@ -66,7 +66,7 @@ inline std::vector<Variant> attention_variants() {
     c.S = 4;
   });
   chunked("sink", [](AttnConfig& c) { c.sink = true; });
-  // staggered grids (issue 14): the partial first block, with and without overlap, tail, uniform gates
+  // staggered grids: the partial first block, with and without overlap, tail, uniform gates
   chunked("staggered", [](AttnConfig& c) { c.grid_offset = c.S / 2; });
   chunked("staggered_w8s6_overlap", [](AttnConfig& c) {
     c.W = 8;

@@ -1,9 +1,9 @@
 // eval_identity_test.cpp — the identity rule: a journal is bound to the exact model (content hash of
 // weights and architecture), backend, layout and scoring options it was created with, and a
-// checkpoint to the model it was written with. Each case a user met (issue 16) is refused here:
-// evaluating into a journal after the model trained on, after swapping in another seed's model, and
-// loading a checkpoint whose same-shape tensors were swapped or whose config was edited (issue 18 item
-// 20: the checksum binds bytes to names, shapes and the header), or whose shapes are negative.
+// checkpoint to the model it was written with. Refused here: evaluating into a journal after the model
+// trained on, after swapping in another seed's model, and loading a checkpoint whose same-shape tensors
+// were swapped or whose config was edited (the checksum binds bytes to names, shapes and the header),
+// or whose shapes are negative.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -53,8 +53,8 @@ TrainOptions quiet(const std::string& dir) {
   return o;
 }
 
-// train to step 2, eval into E; train on to step 4, eval into E again: refused (it used to reuse every
-// line scored by the step-2 model); --fresh starts over with the new model
+// train to step 2, eval into E; train on to step 4, eval into E again: refused (reusing the lines scored
+// by the step-2 model would mix two models); --fresh starts over with the new model
 TEST(Identity, JournalRefusesTheSameRunAfterMoreTraining) {
   const std::string ck = tmp_dir("more_ck"), out = tmp_dir("more_eval");
   Preset p = tiny();
@@ -134,7 +134,7 @@ void checkpoint_write_raw(const std::string& path, const CheckpointBytes& c) {
   io_write_atomic(path, out + hs + c.data);
 }
 
-// swap the data offsets of two same-shape tensors (issue 18 item 20): the bytes in offset order are
+// swap the data offsets of two same-shape tensors: the bytes in offset order are
 // unchanged, but the checksum binds each tensor's bytes to its name, so the file is refused
 TEST(Identity, CheckpointRefusesSwappedTensors) {
   const std::string ck = tmp_dir("swap_ck");

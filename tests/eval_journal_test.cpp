@@ -124,7 +124,7 @@ TEST(Journal, CorruptCompleteLineNamesFileAndLine) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("journal.jsonl:2"), std::string::npos) << e.what();
   }
-  // several bad lines are listed at once (issue 18): one rerun fixes them all
+  // several bad lines are listed at once: one rerun fixes them all
   spit(path, "{not json\n" + journal_record_to_json(sample_record(1)).dump() + "\n[1]\n{\"id\": 1}\n");
   try {
     journal_load(path);

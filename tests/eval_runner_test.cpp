@@ -153,8 +153,8 @@ namespace phasescope {
 namespace {
 
 // A server that answers every request with an error, in one batch (fewer than the 3 failed batches that
-// stop a run): the run used to end "successfully" with a table of '?' (issue 18 item 1); no sample
-// scored is now a failure naming the last error, and no results are written
+// stop a run): no sample scored is a failure naming the last error, never a table of '?', and no
+// results are written
 TEST(Runner, NoScoredSampleIsAFailureNotAReport) {
   struct AlwaysFails : Backend {
     std::string describe() const override { return "always failing"; }

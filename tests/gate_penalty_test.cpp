@@ -1,8 +1,8 @@
-// gate_penalty_test.cpp — the static-gate entropy bonus (issue 14, candidate 4): its concentration is
+// gate_penalty_test.cpp — the static-gate entropy bonus: its concentration is
 // explain's static concentration (one measure, two forms), its gradient matches finite differences in
 // the gate parameters (fp64), the collector sees every chunked gate of a forward and lets go after, and
 // training with the bonus ends with less static concentration than without it, same seed and steps. The
-// head-coverage term (candidate 5): its overlaps, its gradient, and the DeepSeek compressors' gates.
+// head-coverage term: its overlaps, its gradient, and the DeepSeek compressors' gates.
 #include "train/gate_penalty.h"
 
 #include <gtest/gtest.h>
@@ -141,7 +141,7 @@ TEST(GatePenalty, TrainingWithTheBonusConcentratesLess) {
   EXPECT_LT(with, without);
 }
 
-// The coverage repulsion (candidate 5): overlap of static phase profiles, read through each layer's grid
+// The coverage repulsion: overlap of static phase profiles, read through each layer's grid
 // offset; 1/S for uniform gates, 1 for two gates on one phase, 0 on different phases.
 TEST(GateCoverage, OverlapOfPhaseProfilesThroughTheGridOffset) {
   auto onehot = [](int i) {
@@ -200,8 +200,8 @@ TEST(GateCoverage, GradientMatchesFiniteDifferencesAndTheCollectorKnowsEachGates
   EXPECT_LE(fd_worst(penalty, w, grad, flats), 1e-7);
 }
 
-// The DeepSeek compressors report their gates too (issue 14: carrying the coverage term to the V4 CSA
-// preset): every compressor of a forward, with stride m (CSA 4, HCA 16) and W = kappa*m offsets, whose
+// The DeepSeek compressors report their gates too, so the coverage term carries to the V4 CSA preset:
+// every compressor of a forward, with stride m (CSA 4, HCA 16) and W = kappa*m offsets, whose
 // phase is i % m; the coverage pairs the two CSA layers' compressors (equal stride) and not the HCA's, and
 // its gradient in a CSA layer's gate weights matches finite differences (fp64).
 TEST(GateCoverage, DeepSeekCompressorsReportTheirGatesAndTheGradientMatches) {

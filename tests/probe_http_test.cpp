@@ -202,7 +202,7 @@ TEST(HttpBackendTest, EchoReadsTheAnswerLogprobEvenForAWrongAnswer) {
   EXPECT_NEAR(r[1].answer_logprob, -30.0, 1e-12);  // the fake's floor, read at the answer's position
 }
 
-// A server that answers every completion with HTTP 500 (issue 18 item 9): after breaker_after requests
+// A server that answers every completion with HTTP 500: after breaker_after requests
 // in a row failed, the rest fail at once naming the last error, so a run stops in seconds
 TEST(HttpBackendTest, AlwaysFailingServerOpensTheBreaker) {
   fake::Server s;
@@ -233,7 +233,7 @@ TEST(HttpBackendTest, AlwaysFailingServerOpensTheBreaker) {
   EXPECT_LT(s_taken, 10.0);
 }
 
-// Nothing listens at the URL (issue 18 item 8): one attempt, an error that says so and how long it took
+// Nothing listens at the URL: one attempt, an error that says so and how long it took
 TEST(HttpBackendTest, ConnectionRefusedFailsFast) {
   int port = 0;
   {  // a port that was free a moment ago: bound, read, closed (nothing listens)

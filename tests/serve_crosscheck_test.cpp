@@ -6,8 +6,8 @@
 // Both protocols, R = 8, on a tiny untrained checkpoint: exactness matters here, not accuracy.
 // Two clients: a minimal scorer written here (the wire format by hand), and the product's HttpBackend
 // (what `phasescope eval --base-url` runs), which must agree with the in-process tables as well.
-// And both probes (needle, flip) run end to end against the served checkpoint as the CLI runs them
-// (issue 18 item 4): no --model (the server's only one), the server's /tokenize, its token space.
+// And both probes (needle, flip) run end to end against the served checkpoint as the CLI runs them:
+// no --model (the server's only one), the server's /tokenize, its token space.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -169,7 +169,7 @@ TEST(TheoryContexts, AreDistinctInRangeAndStratified) {
 
 TEST(TheoryGradient, MatchesCentralFiniteDifferences) {
   for (TheoryGate gate : {TheoryGate::LogLinear, TheoryGate::Static})
-    for (double coverage : {0.0, 0.7}) {  // with the head-coverage term too (issue 14, candidate 5)
+    for (double coverage : {0.0, 0.7}) {  // with the head-coverage term too
       TheoryConfig c = small_config();
       c.coverage = coverage;
       c.N = 16;
@@ -369,7 +369,7 @@ TEST(TheoryTheorem2, MostSeedsConvergeToOneHotSuccessorPairsAndCollisionsAreRepo
   }
 }
 
-// Issue 14, candidate 5: the head-coverage term is what the paper's model lacks. With m = S - 1 static
+// The head-coverage term is what the paper's model lacks. With m = S - 1 static
 // heads (the most that can cover the within-window phases), plain gradient flow leaves phases uncovered in
 // most seeds (collisions); with the coverage term every seed covers every phase. Measured at the CLI
 // defaults, N = 64, S = 4, m = 3, 20 seeds: all phases covered in 0.30 (static) / 0.50 (log-linear) of

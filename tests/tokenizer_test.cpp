@@ -398,7 +398,7 @@ TEST(TokenizerErrors, InvalidUtf8AndBadJsonLines) {
       "{\"text\": \"Hello, my dog is cute\"}\n\n{\"text\": \"<|im_end|>\", \"other\": 1}\r\n");
   std::ostringstream out;
   EXPECT_EQ(tokenize_jsonl(q, good, "prompts.jsonl", out, {}), 2u);
-  // the blank line gives a blank line: output line k answers input line k (issue 18)
+  // the blank line gives a blank line: output line k answers input line k
   EXPECT_EQ(out.str(), "{\"ids\":[9707,11,847,5562,374,18838]}\n\n{\"ids\":[151645]}\n");
 
   std::istringstream bad("{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"text\": oops}\n");

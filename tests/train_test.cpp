@@ -596,7 +596,7 @@ TEST(Training, FirstTenLossesAreGolden) {
 namespace phasescope {
 namespace {
 
-// what a user met (issue 18 items 2, 7, 12, 21): every outcome says what happened, nothing is lost
+// runs with nothing to do, refused runs, interrupted runs: every outcome says what happened, nothing is lost
 TEST(TrainingOutcome, NothingToDoIsSaidNotReported) {
   Preset p = tiny("w8s8-1kv");
   p.train.steps = 0;
@@ -654,8 +654,8 @@ TEST(TrainingOutcome, ResumeKeepsMetricsUniqueAndRemovesTornSaves) {
     rows[nlohmann::json::parse(line).value("step", int64_t(-1))]++;
   EXPECT_EQ(rows.size(), 6u);
   for (const auto& [step, n] : rows) EXPECT_EQ(n, 1) << "step " << step;
-  // a config.json write killed before any checkpoint existed (scripts/trials.sh found it left behind):
-  // the next run removes it; a temp file of a live writer (this process) is left alone
+  // the temp file of a config.json write killed before any checkpoint existed: the next run removes it; a
+  // temp file of a live writer (this process) is left alone
   const std::string fresh = tmp_dir("metrics_fresh");
   std::ofstream(fresh + "/.config.json.tmp.999999999") << "torn";
   const std::string live = fresh + "/.other.json.tmp." + std::to_string(::getpid());
