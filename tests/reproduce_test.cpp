@@ -6,22 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "testing.h"
 
 using namespace phasescope;
 namespace fs = std::filesystem;
 
-static std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using testutil::slurp;
 
 TEST(Reproduce, QuickRunWritesEvaluationAndExplainAndResumes) {
-  const fs::path out = fs::temp_directory_path() / "ps_reproduce_quick";
-  fs::remove_all(out);
+  const fs::path out = testutil::tmp_dir("reproduce_quick");
   ReproduceOptions o;
   o.out = out.string();
   o.quick = true;
