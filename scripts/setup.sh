@@ -20,6 +20,13 @@ PACKAGES=(
   gnuplot-nox             # plots (PNG via the pngcairo terminal)
   clang-format            # scripts/format.sh --check: the tests refuse unformatted sources (.clang-format)
   chromium                # headless check that the HTML report renders its figures (tests/eval_report_test)
+  zlib1g-dev              # the corpus reads the kernel documentation's .gz files (src/data/corpus_sources.cpp)
+  # the language models' corpus (phasescope corpus build; sizes and licences: docs/lm/corpus.md)
+  libpython3.11-stdlib libpython3.11-testsuite  # code: CPython's standard library and its tests (*.py)
+  python3.11-doc          # prose: the Python documentation's reST sources
+  linux-doc-6.1           # prose: the Linux kernel's Documentation/ (reST and text, gzip-compressed)
+  bible-kjv               # prose: the King James bible (its data file and `bible`, the only reader of it)
+  fortunes                # prose: fortune cookies (everyday English, many animal words and names)
 )
 
 missing=()
