@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   phasescope::add_study_command(app);
   phasescope::add_theory_command(app);
   phasescope::add_tokenize_command(app);
+  phasescope::add_corpus_command(app);
   phasescope::add_serve_command(app);
   phasescope::add_probe_command(app);
   phasescope::add_v4_command(app);
