@@ -67,7 +67,7 @@ void check_options(const CorpusBuildOptions& o) {
   if (!(o.val_fraction > 0.0 && o.val_fraction <= 0.5))
     fail("--val-fraction", fmt::format("is {}", o.val_fraction), "pass a share in (0, 0.5], e.g. 0.02");
   if (o.lookup_words < 0 || o.lookup_words > 1000)
-    fail("lookup_words", fmt::format("is {}", o.lookup_words), "pass 0 to 1000");
+    fail("--lookup-words", fmt::format("is {}", o.lookup_words), "pass 0 to 1000");
 }
 
 // train_bpe.mjs on the train split's text -> DIR/tokenizer.json
