@@ -250,7 +250,7 @@ void corpus_build(const CorpusBuildOptions& o, std::ostream* log) {
              "has {} single-token keys and {} names used >= {} times in the train split, {} of each are "
              "needed",
              words.keys.size(), words.names.size(), kLookupMinCount, o.lookup_words),
-         "raise --vocab, or add text with more animal words and names");
+         "raise --vocab, lower --lookup-words, or add text with more animal words and names");
 
   // the manifest: sources, documents, tokenizer, splits, words; its hash; written last
   nlohmann::json j;
