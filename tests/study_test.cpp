@@ -2,8 +2,9 @@
 // evaluated under both protocols and explained; study.json with one row per run and protocol and the
 // seven findings), sharding (two shards give the rows one invocation gives, and each aggregates the
 // union), resume (a run with a row is not redone), the paper grid's inventory (every preset exists, the
-// reference on four seeds, every compressed family on two), the findings' rules on synthetic rows,
-// and the KV-memory accounting every row reports.
+// reference on four seeds, every compressed family on two), the findings' rules on synthetic rows (each
+// rule's verdicts, the divisor-period category, the complete left-out list, the paper's headline), the
+// gap interval against a known true gap, CSV quoting, and the KV-memory accounting every row reports.
 #include "jobs/study.h"
 
 #include <gtest/gtest.h>
@@ -11,10 +12,14 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "attention/kv_memory.h"
+#include "core/csv.h"
 #include "core/io.h"
 #include "eval/model_backend.h"
+#include "eval_testing.h"
+#include "jobs/study_report.h"
 #include "model/config.h"
 #include "testing.h"
 
@@ -23,6 +28,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+// Synthetic rows are written as JSON (readable) and read by the one row reader, as row.json files are.
+std::vector<StudyRow> typed(const std::vector<json>& rows) {
+  std::vector<StudyRow> out;
+  for (const json& r : rows)
+    out.push_back(study_row_from_json(r, "synthetic row " + r["id"].get<std::string>()));
+  return out;
+}
 
 TEST(StudyGrid, PaperGridCoversThePapersRunsWithEnoughSeeds) {
   const StudyGrid g = study_grid("paper", {42, 43, 44, 45});
@@ -141,7 +154,7 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
     rows.push_back(tagged(row("mix", seed, "carry-over: reference", 20.0, 0.20, 0.01, 0.90), "warm"));
     rows.push_back(tagged(row("mix-fix", seed, "carry-over: x", 20.0, 0.30, 0.05, 0.45), "warm"));
   }
-  const json m = study_mitigations(rows, "w8s8-1kv");
+  const json m = study_mitigations(typed(rows), "w8s8-1kv");
   {
     std::map<std::string, std::string> by_variant, reference_of;
     for (const json& g : m["goal"]) {
@@ -177,7 +190,7 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
   for (json& r : rows)
     if (r["preset"] == "mix")
       for (const char* protocol : {"prefix", "in-sequence"}) r["protocols"][protocol]["mean"] = 0.02;
-  for (const json& g : study_mitigations(rows, "w8s8-1kv")["goal"])
+  for (const json& g : study_mitigations(typed(rows), "w8s8-1kv")["goal"])
     if (g["preset"] == "mix-fix") {
       EXPECT_EQ(g["verdict"], "inconclusive (fewer than 3 paired seeds)");
       EXPECT_EQ(g["paired_seeds"], 0);
@@ -251,22 +264,241 @@ TEST(StudyFindings, RulesOnSyntheticRows) {
       row("uniform", 42, "chunked", 8, prot(0.2, 0.1, 0.02, 0.2, 0, 7, {})),
   };
   std::map<std::string, std::string> v;
-  for (const json& f : study_findings(rows)) v[f["id"]] = f["verdict"];
-  EXPECT_EQ(v["a"], "holds");         // full attention off the ceiling and flat
-  EXPECT_EQ(v["b"], "holds");         // both seeds: large gap beyond noise, phase 7 weakest
-  EXPECT_EQ(v["c"], "holds");         // W8/S4's gap smaller in both seeds
-  EXPECT_EQ(v["d"], "inconclusive");  // S = 6 and 12 missing
-  EXPECT_EQ(v["e"], "inconclusive");  // no knockouts in these rows
-  EXPECT_EQ(v["g"], "inconclusive");  // no-rope persists, uniform does not
+  for (const json& f : study_findings(typed(rows))) v[f["id"]] = f["verdict"];
+  EXPECT_EQ(v["a"], "holds");             // full attention off the ceiling and flat
+  EXPECT_EQ(v["b"], "holds");             // both seeds: large gap beyond noise, phase 7 weakest
+  EXPECT_EQ(v["c"], "holds");             // W8/S4's gap smaller in both seeds
+  EXPECT_EQ(v["d"], "inconclusive");      // S = 6 and 12 missing
+  EXPECT_EQ(v["d-div"], "inconclusive");  // no run with a divisor period
+  EXPECT_EQ(v["e"], "inconclusive");      // no knockouts in these rows
+  EXPECT_EQ(v["g"], "inconclusive");      // no-rope persists, uniform does not
   // the same rows with W8/S8's weak spot away from the boundary: (b) does not hold
   rows[1]["protocols"]["prefix"]["weakest_phase"] = 4;
   rows[2]["protocols"]["prefix"]["weakest_phase"] = 5;
-  for (const json& f : study_findings(rows))
+  for (const json& f : study_findings(typed(rows)))
     if (f["id"] == "b") EXPECT_EQ(f["verdict"], "does not hold") << f.dump();
   // full attention at its ceiling says nothing about flatness
   rows[0]["protocols"]["prefix"]["mean"] = 1.0;
-  for (const json& f : study_findings(rows))
+  for (const json& f : study_findings(typed(rows)))
     if (f["id"] == "a") EXPECT_EQ(f["verdict"], "inconclusive") << f.dump();
+}
+
+// A protocol entry for the rules below (the simultaneous gap interval given as it is).
+json prot_entry(double mean, double worst, double gap, double gap_lo, double q95, int period, int weakest,
+                std::vector<double> folded = {}) {
+  return json{{"n", 1152},
+              {"mean", mean},
+              {"mean_ci", {mean - 0.05, mean + 0.05}},
+              {"worst", worst},
+              {"best", worst + gap},
+              {"gap", gap},
+              {"gap_ci", {gap_lo, gap + 0.1}},
+              {"gap_ci_method", "simultaneous"},
+              {"gap_null_q95", q95},
+              {"period", period},
+              {"p_value", 1e-9},
+              {"folded", folded},
+              {"weakest_phase", weakest}};
+}
+json row_entry(const std::string& preset, uint64_t seed, const std::string& kind, int S, int kv_heads,
+               const json& prefix, double val_loss = 2.0) {
+  return json{{"id", preset + "@" + std::to_string(seed)},
+              {"preset", preset},
+              {"seed", seed},
+              {"tag", ""},
+              {"kind", kind},
+              {"S", S},
+              {"W", S},
+              {"n_kv_heads", kv_heads},
+              {"val_loss", val_loss},
+              {"protocols", {{"prefix", prefix}}}};
+}
+std::map<std::string, json> findings_by_id(const std::vector<json>& rows) {
+  std::map<std::string, json> out;
+  for (const json& f : study_findings(typed(rows))) out[f["id"]] = f;
+  return out;
+}
+
+// (d) is judged over every learned W/S run; a period that is a proper divisor of S (several KV heads
+// owning different phases) is its own category with head-level evidence; the left-out list names every
+// compressed run below the learned bar, DeepSeek mixes whose first layer is a window layer included
+TEST(StudyFindings, PeriodRuleOverEveryWsRunWithTheDivisorCategory) {
+  std::vector<json> rows;
+  for (int S : {4, 6, 8, 12})
+    rows.push_back(row_entry("w" + std::to_string(S) + "-s", 42, "chunked", S, 1,
+                             prot_entry(0.5, 0.2, 0.4, 0.3, 0.1, S, 0)));
+  EXPECT_EQ(findings_by_id(rows)["d"]["verdict"], "holds");
+  // two KV heads, each owning one half of the phases: period S / 2
+  json two = row_entry("w8s8-2kv", 42, "chunked", 8, 2, prot_entry(0.47, 0.2, 0.4, 0.3, 0.1, 4, 3));
+  two["explain"] = {
+      {"S", 8},
+      {"knockouts",
+       {{{"label", "L1.kv0"}, {"layer", 1}, {"kv_head", 0}, {"rel", {-90, -5, -90, -5, -90, -5, -90, -5}}},
+        {{"label", "L1.kv1"}, {"layer", 1}, {"kv_head", 1}, {"rel", {-5, -90, -5, -90, -5, -90, -5, -90}}},
+        {{"label", "L1"},
+         {"layer", 1},
+         {"kv_head", -1},
+         {"rel", {-99, -99, -99, -99, -99, -99, -99, -99}}}}}};
+  rows.push_back(two);
+  auto f = findings_by_id(rows);
+  EXPECT_EQ(f["d"]["verdict"], "does not hold");  // as written: a run finds a period other than S
+  EXPECT_EQ(f["d-div"]["verdict"], "holds");
+  ASSERT_EQ(f["d-div"]["figures"].size(), 1u);
+  const json& ev = f["d-div"]["figures"][0];
+  EXPECT_EQ(ev["period"], 4);
+  ASSERT_EQ(ev["kv_head_knockouts"].size(), 2u);  // per KV head, not the whole layer
+  EXPECT_EQ(ev["kv_head_knockouts"][0]["phases_lost"], json({0, 2, 4, 6}));
+  EXPECT_EQ(ev["kv_head_knockouts"][1]["phases_lost"], json({1, 3, 5, 7}));
+  std::set<std::string> categories;
+  for (const json& x : f["d"]["figures"]) categories.insert(x["category"].get<std::string>());
+  EXPECT_EQ(categories, (std::set<std::string>{"stride", "divisor"}));
+  // a single KV head with a divisor period contradicts d-div; a multiple of S is "other"
+  rows.push_back(row_entry("w8s8-1kv", 43, "chunked", 8, 1, prot_entry(0.3, 0.1, 0.4, 0.3, 0.1, 4, 3)));
+  rows.push_back(row_entry("w8s8-4kv", 42, "chunked", 8, 4, prot_entry(0.35, 0.1, 0.4, 0.3, 0.1, 24, 3)));
+  f = findings_by_id(rows);
+  EXPECT_EQ(f["d-div"]["verdict"], "does not hold");
+  bool other = false;
+  for (const json& x : f["d"]["figures"])
+    other = other || (x["run"] == "w8s8-4kv@42" && x["category"] == "other");
+  EXPECT_TRUE(other);
+  // a run that has not learned (prefix mean < 10%) is left out of (d) and listed, whatever its first layer
+  rows.push_back(row_entry("dsv4-csa", 42, "window", 0, 1, prot_entry(0.01, 0.0, 0.03, 0.0, 0.05, 0, 0)));
+  rows.push_back(row_entry("full-1kv", 44, "full", 0, 1, prot_entry(0.01, 0.0, 0.03, 0.0, 0.05, 0, 0)));
+  rows.push_back(row_entry("w8s8-8kv", 43, "chunked", 8, 8, prot_entry(0.02, 0.0, 0.03, 0.0, 0.05, 0, 0)));
+  f = findings_by_id(rows);
+  EXPECT_EQ(f["b"]["left_out_not_learned"], json({"dsv4-csa@42", "w8s8-8kv@43"}));  // not full attention
+  for (const json& x : f["d"]["figures"]) EXPECT_NE(x["run"], "dsv4-csa@42");
+}
+
+// the paper's headline: matched in mean (5 points) and validation loss (0.05 nats), worst 25 points lower
+TEST(StudyFindings, MeanHidesOnSyntheticRows) {
+  std::vector<json> rows = {
+      row_entry("full-1kv", 42, "full", 0, 1, prot_entry(0.65, 0.60, 0.08, 0.02, 0.1, 0, 0), 2.40),
+      row_entry("deepseek-style", 42, "chunked", 4, 1, prot_entry(0.66, 0.16, 0.84, 0.7, 0.1, 4, 0), 2.43),
+      row_entry("w8s8-8kv", 42, "chunked", 8, 8, prot_entry(0.65, 0.10, 0.7, 0.6, 0.1, 8, 7), 2.40)};
+  auto f = findings_by_id(rows);
+  EXPECT_EQ(f["mean-hides"]["verdict"], "holds");
+  EXPECT_EQ(f["mean-hides"]["figures"].size(), 1u);  // the 8-KV run has no 8-KV full-attention twin
+  rows[1]["val_loss"] = 2.60;                        // 0.2 nats apart: not matched
+  EXPECT_EQ(findings_by_id(rows)["mean-hides"]["verdict"], "inconclusive");
+  rows[1]["val_loss"] = 2.43;
+  rows[1]["protocols"]["prefix"]["worst"] = 0.50;  // matched, worst only 10 points lower
+  EXPECT_EQ(findings_by_id(rows)["mean-hides"]["verdict"], "does not hold");
+  const MeanHides rule;
+  EXPECT_EQ(rule.judge(0.65, 0.60, std::nan(""), 0.70, 0.30, std::nan("")), "holds");  // no losses: mean only
+  EXPECT_EQ(rule.judge(0.65, 0.60, std::nan(""), 0.71, 0.10, std::nan("")), "not matched");
+}
+
+// The gap's interval against a known true gap: the plug-in gap (max - min of noisy residues) is biased
+// upward and its bootstrap replicates more so, so their percentile interval misses the truth; the
+// simultaneous interval the study reports covers it (it is conservative by construction), and the
+// bias-corrected gap reported beside the raw one is closer to the truth. Rows of the first writer
+// (percentile interval only) get the simultaneous interval from their per-residue accuracies.
+TEST(StudyGapInterval, CoversAKnownGapWhereThePercentileIntervalDoesNot) {
+  std::vector<double> profile(24, 0.5);  // true gap 0.2: four weak residues among twenty at 0.5
+  for (int r : {3, 11, 19, 23}) profile[size_t(r)] = 0.3;
+  const double truth = 0.2;
+  int simultaneous = 0, percentile = 0, bc_closer = 0;
+  const int trials = 40;
+  for (int t = 0; t < trials; ++t) {
+    StatsOptions so;
+    so.S = 8;
+    so.bootstrap = 400;
+    so.seed = uint64_t(t) + 1;
+    const Stats s = stats_compute(testing_eval::synthetic_journal(profile, 48, 1000 + uint64_t(t)), so);
+    simultaneous += s.gap_ci.lo <= truth && truth <= s.gap_ci.hi;
+    percentile += s.gap_ci_percentile.lo <= truth && truth <= s.gap_ci_percentile.hi;
+    bc_closer += std::abs(s.gap_bc - truth) < std::abs(s.gap - truth);
+  }
+  std::printf(
+      "gap coverage of a true gap of 0.2 over %d evaluations: simultaneous %d, percentile %d; bias-corrected "
+      "closer %d\n",
+      trials, simultaneous, percentile, bc_closer);
+  EXPECT_GE(simultaneous, 38) << "the simultaneous interval covers the true gap " << simultaneous << " of "
+                              << trials;
+  EXPECT_LE(percentile, 4) << "the percentile interval covers it " << percentile << " of " << trials;
+  EXPECT_GE(bc_closer, 30) << "the bias-corrected gap is closer " << bc_closer << " of " << trials;
+  // a flat profile: the true gap is 0, which the simultaneous interval contains and the percentile never
+  const Stats flat = stats_compute(testing_eval::synthetic_journal(std::vector<double>(24, 0.4), 48, 7), {});
+  EXPECT_EQ(flat.gap_ci.lo, 0.0);
+  EXPECT_GT(flat.gap_ci_percentile.lo, 0.0);
+  // a row written with the percentile interval: kept beside, the simultaneous one from its residues
+  json old = row_entry("w8s8-1kv", 42, "chunked", 8, 1, prot_entry(0.3, 0.25, 0.1, 0.0, 0.1, 8, 4));
+  json& p = old["protocols"]["prefix"];
+  p.erase("gap_ci_method");
+  p["gap_ci"] = {0.089, 0.172};
+  p["R"] = 24;
+  p["n"] = 24 * 192;
+  std::vector<int64_t> correct, n(24, 192);
+  for (int r = 0; r < 24; ++r) {
+    p["per_residue"].push_back((r == 5 ? 48 : 67) / 192.0);
+    correct.push_back(r == 5 ? 48 : 67);
+  }
+  const StudyProtocol got = typed({old})[0].protocols.at("prefix");
+  const Interval want = gap_simultaneous_interval(correct, n);
+  EXPECT_NEAR(got.gap_ci.lo, want.lo, 1e-12);
+  EXPECT_NEAR(got.gap_ci.hi, want.hi, 1e-12);
+  EXPECT_NEAR(got.gap_ci_percentile.lo, 0.089, 1e-12);
+  EXPECT_NEAR(got.gap_bc, 2 * 0.1 - (0.089 + 0.172) / 2, 1e-12);
+}
+
+// The simultaneous interval by hand: Wilson intervals at z for 1 - 0.05 / (2 R), max L - min U .. max U - min
+// L
+TEST(StudyGapInterval, SimultaneousIntervalByHand) {
+  EXPECT_NEAR(normal_quantile(0.975), 1.959963984540054, 1e-9);
+  EXPECT_NEAR(normal_quantile(1 - 0.05 / 48), 3.0781, 1e-4);  // R = 24
+  const std::vector<int64_t> c = {10, 50, 90}, n = {100, 100, 100};
+  const double z = normal_quantile(1 - 0.05 / 6);
+  const Interval lo = wilson_interval(10, 100, z), hi = wilson_interval(90, 100, z);
+  const Interval g = gap_simultaneous_interval(c, n);
+  EXPECT_NEAR(g.lo, hi.lo - lo.hi, 1e-12);
+  EXPECT_NEAR(g.hi, hi.hi - lo.lo, 1e-12);
+  EXPECT_EQ(gap_simultaneous_interval({5, 0}, {10, 0}).lo, 0.0);  // one residue with samples: no gap
+}
+
+// Every CSV goes through one writer that quotes; a family with a comma keeps its row's field count
+TEST(StudyCsv, FieldsWithCommasAndQuotesAreQuoted) {
+  EXPECT_EQ(csv_field("plain"), "plain");
+  EXPECT_EQ(csv_field("a, b"), "\"a, b\"");
+  EXPECT_EQ(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(csv_text({{"x", "y"}, {{"1", "a\nb"}}}), "x,y\n1,\"a\nb\"\n");
+  EXPECT_THROW(csv_text({{"x", "y"}, {{"1"}}}), std::logic_error);
+  json r = row_entry("w8s8-1kv", 42, "chunked", 8, 1, prot_entry(0.3, 0.1, 0.2, 0.1, 0.1, 8, 4, {0.1, 0.2}));
+  r["family"] = "size: 4 layers, dense warm-up";
+  for (const std::string& text : {study_runs_csv(typed({r})), study_phases_csv(typed({r}))}) {
+    // count fields outside quotes on each line: every line has the header's count
+    size_t header_fields = 0;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t fields = 1;
+      bool quoted = false;
+      for (char c : line) {
+        if (c == '"') quoted = !quoted;
+        fields += c == ',' && !quoted;
+      }
+      if (header_fields == 0) header_fields = fields;
+      EXPECT_EQ(fields, header_fields) << line;
+    }
+  }
+}
+
+// grid files: "seeds": N takes the first N of --seeds, "all" every one, "seed_index" one of them
+TEST(StudyGrid, GridFilesExpandSeeds) {
+  const std::string dir = testutil::tmp_dir("study_grid_seeds");
+  const std::string grid = dir + "/g.json";
+  io_write_atomic(grid, R"({"name": "g", "runs": [{"preset": "w8s8-1kv", "seeds": "all"},
+      {"preset": "w8s4-1kv", "seeds": 2}, {"preset": "full-1kv"}, {"preset": "uniform", "seed_index": 2},
+      {"preset": "no-rope", "seed": 7}]})");
+  std::vector<std::string> ids;
+  for (const StudyRun& r : study_grid(grid, {1, 2, 3}).runs) ids.push_back(r.id());
+  EXPECT_EQ(ids, (std::vector<std::string>{"w8s8-1kv@1", "w8s8-1kv@2", "w8s8-1kv@3", "w8s4-1kv@1",
+                                           "w8s4-1kv@2", "full-1kv@1", "uniform@3", "no-rope@7"}));
+  EXPECT_NE(testutil::error_of([&] { study_grid(grid, {1, 2}); }).find("seed_index"), std::string::npos);
+  // the built-in grids are these files
+  EXPECT_EQ(study_grid("paper", {42, 43, 44, 45}).runs.size(), 54u);
+  EXPECT_EQ(study_grid("quick", {42, 43}).runs.size(), 7u);
+  EXPECT_TRUE(study_grid("quick", {42}).toy);
 }
 
 TEST(KvMemory, CountsFollowTheDesign) {
@@ -342,7 +574,7 @@ TEST(Study, QuickGridShardsMergedEqualOneProcess) {
     EXPECT_GT(r["val_loss"].get<double>(), 0.0);
     EXPECT_GT(r["kv_bytes_per_token"].get<double>(), 0.0);
   }
-  ASSERT_EQ(s["findings"].size(), 7u);
+  ASSERT_EQ(s["findings"].size(), 9u);  // (a)-(g), d-div, mean-hides
   for (const json& f : s["findings"]) {
     const std::string verdict = f["verdict"];
     EXPECT_TRUE(verdict == "holds" || verdict == "does not hold" || verdict == "inconclusive") << verdict;
@@ -394,14 +626,14 @@ TEST(StudyFindings, AblationsAndGateAccuracyOnSyntheticRows) {
   };
   const std::vector<json> rows = {row("", 5, acc),
                                   row("window0", 7, {0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.05})};
-  const json ab = study_ablations(rows);
+  const json ab = study_ablations(typed(rows));
   ASSERT_EQ(ab.size(), 1u);
   EXPECT_EQ(ab[0]["run"], "w8s8-1kv-window0@42");
   EXPECT_EQ(ab[0]["reference"], "w8s8-1kv@42");
   EXPECT_EQ(ab[0]["prefix"]["weakest_phase"], 7);
   EXPECT_TRUE(ab[0]["prefix"]["boundary_weakest"].get<bool>());
   EXPECT_EQ(ab[0]["prefix"]["reference_weakest_phase"], 5);
-  const json ga = study_gate_accuracy(rows);
+  const json ga = study_gate_accuracy(typed(rows));
   ASSERT_EQ(ga.size(), 2u);
   EXPECT_NEAR(ga[0]["gates"][0]["r_next_offset"].get<double>(), 1.0, 1e-12);
   EXPECT_NEAR(ga[0]["gates"][1]["r_same_offset"].get<double>(), -1.0, 1e-12);

@@ -130,11 +130,13 @@ nlohmann::json results_to_json(const EvalResults& r) {
   j["best_ci"] = interval_json(s.best_ci);
   j["gap"] = num(s.gap);
   j["gap_ci"] = interval_json(s.gap_ci);
+  j["gap_ci_percentile"] = interval_json(s.gap_ci_percentile);
+  j["gap_bc"] = num(s.gap_bc);
   j["gap_null"] = {{"mean", num(s.gap_null_mean)}, {"q95", num(s.gap_null_q95)}};
   j["bootstrap"] = {{"replicates", s.bootstrap},
                     {"seed", s.bootstrap_seed},
                     {"cluster", "mapping"},
-                    {"interval", "percentile 95%"}};
+                    {"interval", "percentile 95%; gap_ci: simultaneous 95% (Bonferroni Wilson per residue)"}};
   j["mean_abs_diff_S"] = num(s.mean_abs_diff_S);
   nlohmann::json cands = nlohmann::json::array();
   for (const PeriodCandidate& c : s.period.candidates)
@@ -208,6 +210,8 @@ EvalResults results_from_json(const nlohmann::json& j, const std::string& where)
   s.best_ci = rd.iv(j, "best_ci");
   s.gap = rd.d(j, "gap");
   s.gap_ci = rd.iv(j, "gap_ci");
+  s.gap_ci_percentile = rd.iv(j, "gap_ci_percentile");
+  s.gap_bc = rd.d(j, "gap_bc");
   const auto& gn = rd.at(j, "gap_null");
   s.gap_null_mean = rd.d(gn, "mean");
   s.gap_null_q95 = rd.d(gn, "q95");

@@ -77,6 +77,38 @@ double gamma_q(double a, double x) {
   return x < a + 1 ? 1.0 - gamma_p_series(a, x) : gamma_q_fraction(a, x);
 }
 
+double normal_quantile(double p) {
+  double lo = -40, hi = 40;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = (lo + hi) / 2;
+    (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+Interval gap_simultaneous_interval(const std::vector<int64_t>& correct, const std::vector<int64_t>& n,
+                                   double alpha) {
+  int used = 0;
+  for (int64_t x : n) used += x > 0;
+  if (used == 0) return {std::nan(""), std::nan("")};
+  const double z = normal_quantile(1 - alpha / (2.0 * used));
+  double max_lo = 0, max_hi = 0, min_lo = 1, min_hi = 1;
+  for (size_t r = 0; r < n.size(); ++r) {
+    if (n[r] <= 0) continue;
+    const Interval w = wilson_interval(correct[r], n[r], z);
+    max_lo = std::max(max_lo, w.lo);
+    max_hi = std::max(max_hi, w.hi);
+    min_lo = std::min(min_lo, w.lo);
+    min_hi = std::min(min_hi, w.hi);
+  }
+  return {std::max(0.0, max_lo - min_hi), max_hi - min_lo};
+}
+
+double gap_bias_corrected(double gap, const Interval& q) {
+  const double bc = 2 * gap - (q.lo + q.hi) / 2;
+  return std::isfinite(bc) ? std::min(1.0, std::max(0.0, bc)) : bc;
+}
+
 double chi2_sf(double x, double df) {
   PS_ASSERT(df > 0, "chi2_sf: df must be positive");
   return gamma_q(df / 2, x / 2);
@@ -340,7 +372,8 @@ Stats stats_compute(const std::vector<JournalRecord>& records, const StatsOption
   st.bootstrap = opt.bootstrap;
   st.bootstrap_seed = opt.seed;
   const double nan = std::nan("");
-  st.mean_ci = st.worst_ci = st.best_ci = st.gap_ci = {nan, nan};
+  st.mean_ci = st.worst_ci = st.best_ci = st.gap_ci = st.gap_ci_percentile = {nan, nan};
+  st.gap_bc = nan;
   if (opt.bootstrap > 0 && !cl_c.empty()) {
     std::mt19937_64 rng(opt.seed);
     const uint64_t C = cl_c.size(), limit = UINT64_MAX - UINT64_MAX % C;
@@ -368,8 +401,10 @@ Stats stats_compute(const std::vector<JournalRecord>& records, const StatsOption
     st.mean_ci = {quantile(bm, 0.025), quantile(bm, 0.975)};
     st.worst_ci = {quantile(bw, 0.025), quantile(bw, 0.975)};
     st.best_ci = {quantile(bb, 0.025), quantile(bb, 0.975)};
-    st.gap_ci = {quantile(bg, 0.025), quantile(bg, 0.975)};
+    st.gap_ci_percentile = {quantile(bg, 0.025), quantile(bg, 0.975)};
+    st.gap_bc = gap_bias_corrected(st.gap, st.gap_ci_percentile);
   }
+  st.gap_ci = gap_simultaneous_interval(c, n);
 
   // the gap from noise alone: every residue at the pooled accuracy
   st.gap_null_mean = st.gap_null_q95 = nan;

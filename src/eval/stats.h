@@ -34,6 +34,25 @@ double gamma_q(double a, double x);
 // NaN when nothing is left. quantile(v, 0.5) is the median.
 double quantile(std::vector<double> v, double q);
 
+// The standard normal quantile: z with P(Z <= z) = p, p in (0, 1) (bisection on erfc, |error| < 1e-12).
+double normal_quantile(double p);
+
+// The interval reported for the gap (best - worst residue accuracy). The plug-in gap is the maximum minus
+// the minimum of noisy residue accuracies, so it is biased upward, and a bootstrap of it more so (with
+// ties among the best residues the bootstrap cannot see the bias): its percentile interval can lie wholly
+// above the estimate and the truth. This interval is built from Wilson intervals [L_r, U_r] of every
+// residue at the simultaneous level 1 - alpha / R (Bonferroni over the R residues; the samples of one
+// residue are independent clusters): with probability >= 1 - alpha every true accuracy lies in its
+// interval, so the true gap lies in [max(0, max_r L_r - min_r U_r), max_r U_r - min_r L_r]. Conservative
+// (coverage >= 95% whatever the profile); residues with n = 0 are left out.
+Interval gap_simultaneous_interval(const std::vector<int64_t>& correct, const std::vector<int64_t>& n,
+                                   double alpha = 0.05);
+
+// The gap less the bootstrap's estimate of its bias, 2 gap - (q2.5 + q97.5) / 2 (the bias taken as the
+// midpoint of the replicates' 95% range minus the gap), clipped to [0, 1]: computable from the two stored
+// quantiles alone. Reported beside the plug-in gap.
+double gap_bias_corrected(double gap, const Interval& percentile);
+
 // Upper tail of the chi-square distribution: P(X >= x) for df degrees of freedom = Q(df/2, x/2).
 double chi2_sf(double x, double df);
 
@@ -96,7 +115,10 @@ struct Stats {
   std::vector<ResidueStat> folded;       // (S) pooled over r with r % S = phase
   double mean = 0, worst = 0, best = 0, gap = 0;  // over residues with n > 0
   int worst_residue = -1, best_residue = -1;
-  Interval mean_ci, worst_ci, best_ci, gap_ci;  // cluster bootstrap, 95% percentile
+  Interval mean_ci, worst_ci, best_ci;  // cluster bootstrap, 95% percentile
+  Interval gap_ci;                      // 95% simultaneous interval (gap_simultaneous_interval)
+  Interval gap_ci_percentile;           // the gap's cluster-bootstrap replicates' [q2.5, q97.5]
+  double gap_bc = 0;                    // gap_bias_corrected(gap, gap_ci_percentile)
   // The gap that sampling noise alone gives when every residue has the pooled accuracy and its own n
   // (parametric bootstrap, independent binomials, same replicates and seed): a gap near these values
   // is no evidence of phase dependence (the tests below say whether there is any).

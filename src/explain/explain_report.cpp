@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/csv.h"
 #include "core/io.h"
 #include "report/document.h"
 #include "report/gnuplot.h"
@@ -76,34 +77,35 @@ void explain_write_outputs(const ExplainResults& r, const std::string& out_dir) 
   j["cycling_note"] = r.cycling_note;
   io_write_atomic(out_dir + "/explain.json", j.dump(1) + "\n");
 
-  std::string csv =
-      "row,layer,kv_head,phase,n,clean_acc,clean_lo,clean_hi,knockout_acc,knockout_lo,knockout_hi,rel_change_"
-      "pct\n";
+  auto str = [](auto x) { return fmt::format("{}", x); };
+  CsvTable ko{{"row", "layer", "kv_head", "phase", "n", "clean_acc", "clean_lo", "clean_hi", "knockout_acc",
+               "knockout_lo", "knockout_hi", "rel_change_pct"},
+              {}};
   for (const auto& k : r.knockouts)
     for (size_t p = 0; p < size_t(r.S); ++p)
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", k.label, k.layer, k.kv_head, p, k.acc.n[p],
-                         r.clean.acc[p], r.clean.lo[p], r.clean.hi[p], k.acc.acc[p], k.acc.lo[p], k.acc.hi[p],
-                         std::isfinite(k.rel[p]) ? fmt::format("{}", k.rel[p]) : "");
-  io_write_atomic(out_dir + "/knockout.csv", csv);
-  csv = "layer,branch,kv_head,W,S,static_concentration,window_concentration,peak";
+      ko.rows.push_back({k.label, str(k.layer), str(k.kv_head), str(p), str(k.acc.n[p]), str(r.clean.acc[p]),
+                         str(r.clean.lo[p]), str(r.clean.hi[p]), str(k.acc.acc[p]), str(k.acc.lo[p]),
+                         str(k.acc.hi[p]), csv_num(k.rel[p])});
+  io_write_atomic(out_dir + "/knockout.csv", csv_text(ko));
   const int maxS =
       r.gates.empty()
           ? 0
           : std::max_element(r.gates.begin(), r.gates.end(), [](auto& a, auto& b) { return a.S < b.S; })->S;
-  for (int p = 0; p < maxS; ++p) csv += fmt::format(",g{}", p);
-  csv += "\n";
+  CsvTable gates{
+      {"layer", "branch", "kv_head", "W", "S", "static_concentration", "window_concentration", "peak"}, {}};
+  for (int p = 0; p < maxS; ++p) gates.header.push_back(fmt::format("g{}", p));
   for (const auto& g : r.gates) {
-    csv += fmt::format("{},{},{},{},{},{},{},{}", g.layer, g.branch, g.kv_head, g.W, g.S, g.static_conc,
-                       g.window_conc, g.peak);
-    for (int p = 0; p < maxS; ++p) csv += p < g.S ? fmt::format(",{}", g.profile[size_t(p)]) : ",";
-    csv += "\n";
+    std::vector<std::string> line = {str(g.layer), g.branch,           str(g.kv_head),     str(g.W),
+                                     str(g.S),     str(g.static_conc), str(g.window_conc), str(g.peak)};
+    for (int p = 0; p < maxS; ++p) line.push_back(p < g.S ? str(g.profile[size_t(p)]) : "");
+    gates.rows.push_back(line);
   }
-  io_write_atomic(out_dir + "/gates.csv", csv);
-  csv = "delta,phase,acc,predicted\n";
+  io_write_atomic(out_dir + "/gates.csv", csv_text(gates));
+  CsvTable cyc{{"delta", "phase", "acc", "predicted"}, {}};
   for (const auto& c : r.cycling)
     for (int p = 0; p < r.S; ++p)
-      csv += fmt::format("{},{},{},{}\n", c.delta, p, c.acc.acc[size_t(p)], c.predicted[size_t(p)]);
-  io_write_atomic(out_dir + "/cycling.csv", csv);
+      cyc.rows.push_back({str(c.delta), str(p), str(c.acc.acc[size_t(p)]), str(c.predicted[size_t(p)])});
+  io_write_atomic(out_dir + "/cycling.csv", csv_text(cyc));
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/csv.h"
 #include "core/io.h"
 #include "report/html.h"
 
@@ -397,9 +398,10 @@ FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions&
   j["period"] = period_json(r.best);
   j["baseline"] = period_json(r.baseline);
   for (const FlipPeriod& fp : r.periods) j["periods"].push_back(period_json(fp));
-  std::string csv = "family,L,units";
-  for (const std::string& c : r.candidates) csv += ",logprob(" + c + ")";
-  csv += ",winner,follows\n";
+  CsvTable csv;
+  csv.header = {"family", "L", "units"};
+  for (const std::string& c : r.candidates) csv.header.push_back("logprob(" + c + ")");
+  csv.header.insert(csv.header.end(), {"winner", "follows"});
   for (const FlipPointResult& p : r.points) {
     nlohmann::json pj = {
         {"family", r.families[size_t(p.family)]},
@@ -407,16 +409,19 @@ FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions&
         {"units", p.units},
         {"winner", p.winner >= 0 ? nlohmann::json(r.candidates[size_t(p.winner)]) : nlohmann::json(nullptr)},
         {"follows", p.follows}};
-    csv += fmt::format("{},{},{}", r.families[size_t(p.family)], p.L, p.units);
+    std::vector<std::string> line = {r.families[size_t(p.family)], std::to_string(p.L),
+                                     std::to_string(p.units)};
     for (double lp : p.logprob) {
       pj["logprob"].push_back(std::isnan(lp) ? nlohmann::json(nullptr) : nlohmann::json(lp));
-      csv += std::isnan(lp) ? "," : fmt::format(",{:.6f}", lp);
+      line.push_back(csv_num(lp, "{:.6f}"));
     }
-    csv += fmt::format(",{},{}\n", p.winner >= 0 ? r.candidates[size_t(p.winner)] : "", p.follows ? 1 : 0);
+    line.push_back(p.winner >= 0 ? r.candidates[size_t(p.winner)] : "");
+    line.push_back(p.follows ? "1" : "0");
+    csv.rows.push_back(line);
     j["points"].push_back(pj);
   }
   io_write_atomic(out_dir + "/flip.json", j.dump(2) + "\n");
-  io_write_atomic(out_dir + "/flip.csv", csv);
+  io_write_atomic(out_dir + "/flip.csv", csv_text(csv));
   io_write_atomic(out_dir + "/flip.txt", flip_format(r));
   return r;
 }

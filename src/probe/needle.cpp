@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/csv.h"
 #include "core/io.h"
 #include "eval/journal.h"
 #include "eval/runner.h"
@@ -448,12 +449,12 @@ std::string needle_logprob_csv(const std::vector<JournalRecord>& records, int R)
       sum[size_t(r.residue)] += r.logprob;
     }
   }
-  std::string csv = "residue,n,known,mean_logprob\n";
+  CsvTable csv{{"residue", "n", "known", "mean_logprob"}, {}};
   for (int r = 0; r < R; ++r)
-    csv += known[size_t(r)] > 0 ? fmt::format("{},{},{},{:.6f}\n", r, n[size_t(r)], known[size_t(r)],
-                                              sum[size_t(r)] / double(known[size_t(r)]))
-                                : fmt::format("{},{},0,\n", r, n[size_t(r)]);
-  return csv;
+    csv.rows.push_back(
+        {std::to_string(r), std::to_string(n[size_t(r)]), std::to_string(known[size_t(r)]),
+         known[size_t(r)] > 0 ? csv_num(sum[size_t(r)] / double(known[size_t(r)]), "{:.6f}") : ""});
+  return csv_text(csv);
 }
 
 EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunOptions& opt,

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/csv.h"
 #include "core/io.h"
 #include "report/gnuplot.h"
 #include "report/html.h"
@@ -476,19 +477,18 @@ static std::string config_table_html(const TheoryConfig& c) {
 }
 
 static std::string trajectories_csv(const TheoryRun& run) {
-  std::ostringstream os;
-  os << "seed,step,loss,head,branch,offset,p\n";
+  CsvTable t{{"seed", "step", "loss", "head", "branch", "offset", "p"}, {}};
   const int M = run.cfg.heads, S = run.cfg.S;
   for (const auto& s : run.seeds)
     for (const auto& pt : s.trajectory)
       for (int h = 0; h < M; ++h)
         for (int branch = 0; branch < 2; ++branch)
           for (int r = 0; r < S; ++r)
-            os << s.seed << ',' << pt.step << ',' << fmt::format("{:.6g}", pt.loss) << ',' << h << ','
-               << (branch == 0 ? "K" : "V") << ',' << r << ','
-               << fmt::format("{:.6g}", (branch == 0 ? pt.key : pt.value)[static_cast<size_t>(h) * S + r])
-               << '\n';
-  return os.str();
+            t.rows.push_back(
+                {std::to_string(s.seed), std::to_string(pt.step), fmt::format("{:.6g}", pt.loss),
+                 std::to_string(h), branch == 0 ? "K" : "V", std::to_string(r),
+                 fmt::format("{:.6g}", (branch == 0 ? pt.key : pt.value)[static_cast<size_t>(h) * S + r])});
+  return csv_text(t);
 }
 
 void theory_write_run(const std::string& dir, const TheoryRun& run) {
@@ -554,17 +554,10 @@ void theory_write_sweep(const std::string& dir, const TheorySweep& sw) {
 
   // numbers
   io_write_atomic(dir + "/results.json", theory_sweep_json(sw).dump(2) + "\n");
-  std::ostringstream csv;
-  const std::vector<std::string> head = sweep_header();
-  for (size_t j = 0; j < head.size(); ++j) csv << (j ? "," : "") << head[j];
-  csv << "\n";
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& r : sw.runs) {
-    rows.push_back(sweep_row(r));
-    for (size_t j = 0; j < rows.back().size(); ++j) csv << (j ? "," : "") << rows.back()[j];
-    csv << "\n";
-  }
-  io_write_atomic(dir + "/sweep.csv", csv.str());
+  CsvTable csv{sweep_header(), {}};
+  for (const auto& r : sw.runs) csv.rows.push_back(sweep_row(r));
+  const std::vector<std::vector<std::string>>& rows = csv.rows;
+  io_write_atomic(dir + "/sweep.csv", csv_text(csv));
 
   // plots: coverage vs every swept axis
   std::vector<std::string> pngs;
@@ -580,7 +573,8 @@ void theory_write_sweep(const std::string& dir, const TheorySweep& sw) {
     body += "<p>Base configuration (swept values in the table): " +
             html_escape(config_line(sw.runs.front().cfg)) + ". " +
             html_escape(theory_loss_note(sw.runs.front().cfg)) + "</p>\n";
-  body += "<h2>Coverage table</h2>\n" + html_table(head, rows) + "<p>" + html_escape(kSweepLegend) + "</p>\n";
+  body += "<h2>Coverage table</h2>\n" + html_table(csv.header, rows) + "<p>" + html_escape(kSweepLegend) +
+          "</p>\n";
   body += fmt::format("<p>{} configs in {:.1f} s.</p>\n", sw.runs.size(), sw.seconds);
   if (!sw.skipped.empty()) {
     body += "<h2>Skipped combinations</h2>\n<ul>\n";

@@ -1,4 +1,5 @@
-// cmd_study.cpp — `phasescope study [--grid paper|quick|FILE.json] [--seeds 42,43,44,45] [--shard K/N]
+// cmd_study.cpp — `phasescope study [--grid paper|quick|mitigations|FILE.json] [--seeds 42,43,44,45] [--shard
+// K/N]
 // [--out DIR] [--merge DIR...]`: the paper's grid across seeds, resumable and shardable, with the findings
 // judged by code.
 #include <fmt/format.h>
@@ -17,9 +18,11 @@ void add_study_command(CLI::App& app) {
   auto report_only = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand(
       "study",
-      "the paper's grid of runs across seeds (train, evaluate, explain each), findings (a)-(g) judged "
+      "the paper's grid of runs across seeds (train, evaluate, explain each), the paper's findings judged "
       "from the data; resumable and shardable");
-  cmd->add_option("--grid", opt->grid, "paper | quick (toy size, minutes) | a grid file (JSON)")
+  cmd->add_option("--grid", opt->grid,
+                  "a built-in grid of grids/ (paper, quick: toy size in minutes, mitigations, ...) or a grid "
+                  "file (JSON)")
       ->capture_default_str();
   cmd->add_option(
          "--seeds", opt->seeds,
