@@ -108,9 +108,9 @@ namespace {
 // hostile preset values: each refused with the field named
 TEST(PresetConfig, HostileValuesAreRefusedWithTheirField) {
   auto with = [](const std::string& section, const std::string& field, const nlohmann::json& v) {
-    nlohmann::json j = nlohmann::json::parse(preset_to_json(preset_load("w8s8-1kv")));
+    nlohmann::json j = preset_to_json(preset_load("w8s8-1kv"));
     j[section][field] = v;
-    return testutil::error_of([&] { preset_from_json(j.dump(), "presets/x.json"); });
+    return testutil::error_of([&] { preset_from_json(j, "presets/x.json"); });
   };
   EXPECT_NE(with("task", "curriculum_steps", 2147483648LL)
                 .find("field 'curriculum_steps': integer 2147483648 is outside"),
@@ -128,23 +128,22 @@ TEST(PresetConfig, HostileValuesAreRefusedWithTheirField) {
   EXPECT_NE(with("task", "seq_len", 1000000000).find("task.seq_len"), std::string::npos);
   EXPECT_NE(with("train", "batch", 1000000).find("train.batch"), std::string::npos);
   {
-    nlohmann::json j = nlohmann::json::parse(preset_to_json(preset_load("w8s8-1kv")));
+    nlohmann::json j = preset_to_json(preset_load("w8s8-1kv"));
     j["train"]["batch"] = 65536;
     j["task"]["seq_len"] = 1024;
-    EXPECT_NE(
-        testutil::error_of([&] { preset_from_json(j.dump(), "presets/x.json"); }).find("16M tokens per step"),
-        std::string::npos);
+    EXPECT_NE(testutil::error_of([&] { preset_from_json(j, "presets/x.json"); }).find("16M tokens per step"),
+              std::string::npos);
   }
   EXPECT_NE(with("train", "eval_examples", 0).find("train.eval_examples"), std::string::npos);
-  nlohmann::json j = nlohmann::json::parse(preset_to_json(preset_load("w8s8-1kv")));
+  nlohmann::json j = preset_to_json(preset_load("w8s8-1kv"));
   j["name"] = 5;
   EXPECT_NE(testutil::error_of([&] {
-              preset_from_json(j.dump(), "presets/x.json");
+              preset_from_json(j, "presets/x.json");
             }).find("field 'name': expected a string"),
             std::string::npos);
   const std::string deep =
       "{\"name\": \"x\", \"model\": " + std::string(90000, '[') + std::string(90000, ']') + "}";
-  EXPECT_NE(testutil::error_of([&] { preset_from_json(deep, "presets/x.json"); }).find("nested deeper"),
+  EXPECT_NE(testutil::error_of([&] { preset_parse(deep, "presets/x.json"); }).find("nested deeper"),
             std::string::npos);
 }
 

@@ -66,11 +66,11 @@ TEST(GatePenalty, ConcentrationIsExplainsStaticConcentration) {
 
 Preset tiny_chunked(const std::string& gate) {
   Preset p = preset_load("w8s8-1kv");
-  nlohmann::json j = nlohmann::json::parse(preset_to_json(p));
+  nlohmann::json j = preset_to_json(p);
   j["model"]["d_model"] = 16;
   j["model"]["head_dim"] = 4;
   for (nlohmann::json* a : {&j["attention"], &j["layers"][0], &j["layers"][1]}) (*a)["gate"] = gate;
-  p = preset_from_json(j.dump(), "test");
+  p = preset_from_json(j, "test");
   p.model.vocab_size = 40;
   model_config_sync(p.model, "test");
   return p;

@@ -26,33 +26,6 @@ std::string ModelBackend::identity() const {
   return fmt::format("in-process fp32 model {} top-{}", model_.hash, topk_);
 }
 
-torch::Tensor model_last_logprobs(DecoderImpl& model, const std::vector<const std::vector<int>*>& prompts,
-                                  torch::Tensor* hidden) {
-  const int64_t B = int64_t(prompts.size());
-  const int64_t V = model.config().vocab_size;
-  int64_t T = 0;
-  for (const std::vector<int>* p : prompts) T = std::max<int64_t>(T, int64_t(p->size()));
-  // right-padded token ids [B, T] and the index of each prompt's last token [B]
-  auto tokens = torch::zeros({B, T}, torch::kInt64);
-  auto last = torch::empty({B}, torch::kInt64);
-  auto tk = tokens.accessor<int64_t, 2>();
-  for (int64_t i = 0; i < B; ++i) {
-    const std::vector<int>& r = *prompts[size_t(i)];
-    if (r.empty()) fail("model backend", "empty prompt", "every prompt needs at least one token (BOS)");
-    for (size_t t = 0; t < r.size(); ++t) {
-      if (r[t] < 0 || r[t] >= V)
-        fail("model backend", fmt::format("token id {} outside the model's vocabulary of {}", r[t], V),
-             "build prompts with this checkpoint's vocabulary");
-      tk[i][int64_t(t)] = r[t];
-    }
-    last[i] = int64_t(r.size()) - 1;
-  }
-  auto h = model.hidden(tokens);                // [B, T, d]
-  auto hl = h.index({torch::arange(B), last});  // [B, d]
-  if (hidden) *hidden = h;
-  return torch::log_softmax(model.unembed(hl), -1);  // [B, V]
-}
-
 std::vector<ScoreResult> ModelBackend::score(const std::vector<ScoreRequest>& batch) {
   torch::NoGradGuard no_grad;
   auto t0 = std::chrono::steady_clock::now();
@@ -95,6 +68,12 @@ EvalOptions eval_options_for(const Preset& p, PadProtocol protocol, int64_t samp
   o.layout.task.n_records = p.task.n_records;
   o.layout.task.n_demos = std::min(8, p.task.n_records - 1);  // the paper's evaluation format
   o.layout.task.vocab = task_vocab(p.task);
+  if (p.task.task == "corpus" && p.model.vocab_size > 0 && o.layout.task.vocab.size() != p.model.vocab_size)
+    fail(p.task.corpus + "/manifest.json",
+         fmt::format("has a vocabulary of {} tokens, but the model has {}", o.layout.task.vocab.size(),
+                     p.model.vocab_size),
+         "evaluate with the corpus the model was trained on (the checkpoint's task.corpus), or retrain on "
+         "this one");
   o.layout.n_base = layout_base_count(samples, R);
   o.log = &std::cout;
   return o;

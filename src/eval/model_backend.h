@@ -1,8 +1,7 @@
 // model_backend.h — the in-process Backend: a phasescope checkpoint scored with libtorch.
 // Prompts of different lengths share one forward pass, right-padded (the decoder is causal, so
 // padding after a prompt never changes the logits at the prompt's last position).
-// model_last_logprobs is that one forward pass, shared with the server (serve/engine.cpp) so a prompt
-// scored in process and over HTTP goes through the same operations in the same order.
+// Its forward pass is model/forward.h's model_last_logprobs, the one the server runs too.
 // Not here: loading the checkpoint (model/load.h: model_load) or any phase logic.
 #pragma once
 #include <string>
@@ -10,6 +9,7 @@
 
 #include "eval/backend.h"
 #include "eval/runner.h"
+#include "model/forward.h"
 #include "model/load.h"
 
 namespace phasescope {
@@ -31,15 +31,6 @@ class ModelBackend : public Backend {
   int topk_;
   int batch_;
 };
-
-// The forward pass every scorer of a checkpoint shares: the prompts right-padded into one batch
-// tokens [B, T] (T = the longest prompt), one forward, the final-normed hidden state at each prompt's
-// last token [B, d], unembedded and log-softmaxed in fp32: returns [B, V] natural-log probabilities
-// of the next token. `hidden`, when given, receives the final-normed states of every position
-// [B, T, d] (rows past a prompt's end are padding). Throws Error for an empty prompt or a token id
-// outside the vocabulary. The caller holds a torch::NoGradGuard.
-torch::Tensor model_last_logprobs(DecoderImpl& model, const std::vector<const std::vector<int>*>& prompts,
-                                  torch::Tensor* hidden = nullptr);
 
 // The stride a checkpoint's accuracy is folded by: its first compressed layer's, else 8 (the paper
 // shows full attention on the W8/S8 axis).

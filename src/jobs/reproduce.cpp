@@ -3,16 +3,22 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 
+#include "core/build_info.h"
 #include "core/check.h"
+#include "core/format.h"
+#include "core/io.h"
+#include "core/json_fields.h"
 #include "eval/model_backend.h"
 #include "eval/runner.h"
 #include "explain/explain.h"
 #include "explain/explain_report.h"
+#include "jobs/study_findings.h"
 #include "model/config.h"
 #include "model/load.h"
 #include "train/trainer.h"
@@ -20,6 +26,7 @@
 namespace phasescope {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 std::vector<PaperRow> paper_rows() {
   // ../shared/design/phase-sensitivity-paper.md section 1.5 (the authors' page and data):
@@ -37,6 +44,10 @@ std::vector<PaperRow> paper_rows() {
 }
 
 namespace {
+
+const std::string kMatched = "full-1kv-matched";  // the control's folder and name
+constexpr int kMatchEvery = 10;                   // steps between the control's held-out checks
+constexpr int kMatchRows = 256;                   // held-out rows per check
 
 // The run a model gets in this mode: the preset itself, or a tiny version for --quick.
 Preset reproduce_preset(const std::string& name, const ReproduceOptions& opt) {
@@ -59,8 +70,174 @@ Preset reproduce_preset(const std::string& name, const ReproduceOptions& opt) {
   return preset_from_json(preset_to_json(p), "reproduce preset " + name);
 }
 
-std::string pct(double f) { return std::isfinite(f) ? fmt::format("{:.1f}", 100 * f) : "n/a"; }
 std::string pct_or_na(double v) { return v < 0 ? "n/a" : fmt::format("{:.1f}", v); }
+
+// Evaluate a trained model under both padding protocols; appends the results.json paths.
+void evaluate_model(const LoadedModel& trained, const std::string& name, const ReproduceOptions& opt,
+                    int64_t samples, bool log_layout, std::vector<std::string>* results) {
+  for (PadProtocol protocol : {PadProtocol::Prefix, PadProtocol::InSequence}) {
+    LoadedModel m = trained;
+    EvalOptions eo = eval_options_for(m.preset, protocol, samples, 24, 1);
+    // a retrained model starts its evaluations over (journals are bound to weights); the layout is the
+    // same for every model, so its table is printed once per protocol
+    eo.fresh = opt.retrain;
+    eo.log_layout = log_layout;
+    ModelBackend backend(std::move(m), name);
+    const std::string eval_dir = (fs::path(opt.out) / "eval" / name / pad_protocol_name(protocol)).string();
+    fmt::print("--- {} / {} padding: {} prompts -> {}\n", name, pad_protocol_name(protocol),
+               eo.layout.n_base * 24, eval_dir);
+    std::fflush(stdout);
+    run_eval(backend, eo, eval_dir);
+    results->push_back((fs::path(eval_dir) / "results.json").string());
+  }
+}
+
+// Knockouts, gate profiles, gate cycling (prefix protocol): a report section.
+ReportSection explain_model(const LoadedModel& trained, const std::string& name,
+                            const ReproduceOptions& opt) {
+  LoadedModel m = trained;
+  ExplainOptions xo;
+  xo.samples = opt.quick ? 1152 : 576;  // the quick task's short prompts need 48 blocks to balance
+  xo.calib_samples = opt.quick ? 48 : 192;
+  xo.log = &std::cout;
+  xo.fresh = opt.retrain;
+  const std::string explain_dir = (fs::path(opt.out) / "explain" / name).string();
+  fmt::print("--- {} / explain -> {}\n", name, explain_dir);
+  ExplainResults xr = explain_run(m.model, m.preset, xo, explain_dir);
+  fmt::print("{}", explain_summary(xr));
+  return explain_report_section(xr, explain_dir, "explain-" + name);
+}
+
+// The matched control: full-1kv stopped at the first check whose held-out accuracy reaches `target`.
+// models/full-1kv-matched/matched.json records where it stopped; with it there, the checkpoint is reused.
+LoadedModel train_matched(const ReproduceOptions& opt, double target) {
+  const std::string dir = (fs::path(opt.out) / "models" / kMatched).string();
+  const std::string record = (fs::path(dir) / "matched.json").string();
+  if (opt.retrain) fs::remove(record);
+  if (!fs::exists(record)) {
+    Preset p = reproduce_preset("full-1kv", opt);
+    fmt::print(
+        "\n=== {}: full-1kv stopped where its held-out accuracy ({} rows, every {} steps) reaches "
+        "{} (the prefix mean of {}) ===\n",
+        kMatched, kMatchRows, kMatchEvery, pct(target), opt.matched_to);
+    std::fflush(stdout);
+    double reached = std::nan("");
+    TrainOptions topt;
+    topt.out_dir = dir;
+    topt.fresh = opt.retrain;
+    topt.stop_when = [&](DecoderImpl& model, int64_t step) {
+      if (step % kMatchEvery != 0) return false;
+      reached = heldout_accuracy(model, p, kMatchRows, p.train.seed + 7919);
+      return reached >= target;
+    };
+    const TrainResult tr = train_run(p, topt);
+    if (tr.nan_stop)
+      fail("reproduce " + kMatched, tr.message, "lower train.lr in presets/full-1kv.json and rerun");
+    io_write_atomic(record, json{{"target", target},
+                                 {"matched_to", opt.matched_to},
+                                 {"step", tr.step},
+                                 {"heldout_accuracy", std::isfinite(reached) ? json(reached) : json(nullptr)},
+                                 {"reached", tr.stopped_early},
+                                 {"check_every", kMatchEvery},
+                                 {"heldout_rows", kMatchRows}}
+                                    .dump(1) +
+                                "\n");
+  }
+  return model_load(dir);
+}
+
+// The paper's headline judged on the control and the model it was matched to, per protocol.
+json headline(const std::vector<EvalResults>& runs, const std::string& compressed) {
+  const MeanHides rule;
+  json pairs = json::array();
+  int holds = 0, matched = 0;
+  for (const std::string protocol : {"prefix", "in-sequence"}) {
+    const EvalResults *f = nullptr, *c = nullptr;
+    for (const EvalResults& r : runs)
+      if (r.meta.protocol == protocol) {
+        if (r.meta.model == kMatched) f = &r;
+        if (r.meta.model == compressed) c = &r;
+      }
+    if (!f || !c) continue;
+    // validation loss is not compared: these models are trained on the lookup itself
+    const std::string v =
+        rule.judge(f->stats.mean, f->stats.worst, std::nan(""), c->stats.mean, c->stats.worst, std::nan(""));
+    matched += v != "not matched";
+    holds += v == "holds";
+    pairs.push_back({{"protocol", protocol},
+                     {"full", kMatched},
+                     {"compressed", compressed},
+                     {"mean", {c->stats.mean, f->stats.mean}},
+                     {"worst", {c->stats.worst, f->stats.worst}},
+                     {"gap", {c->stats.gap, f->stats.gap}},
+                     {"verdict", v}});
+  }
+  const std::string verdict = pairs.empty()                 ? "inconclusive"
+                              : matched < int(pairs.size()) ? "inconclusive (means not matched)"
+                              : holds == matched            ? "holds"
+                                                            : "does not hold";
+  return {{"rule", "per protocol, the control and " + compressed + ": " + rule.rule() +
+                       " (validation loss is not compared: these models are trained on the lookup itself). "
+                       "Holds if every protocol's pair is matched and shows it"},
+          {"pairs", pairs},
+          {"verdict", verdict}};
+}
+
+// OUT/reproduce.json: one row per model and protocol, the headline, the command and the commit.
+json reproduce_json(const std::vector<EvalResults>& runs, const json& head, const ReproduceOptions& opt,
+                    double wall) {
+  json rows = json::array();
+  for (const EvalResults& r : runs) {
+    const Stats& s = r.stats;
+    rows.push_back({{"model", r.meta.model},
+                    {"protocol", r.meta.protocol},
+                    {"n", s.n_scored},
+                    {"mean", s.mean},
+                    {"mean_ci", {s.mean_ci.lo, s.mean_ci.hi}},
+                    {"worst", s.worst},
+                    {"worst_residue", s.worst_residue},
+                    {"best", s.best},
+                    {"gap", s.gap},
+                    {"gap_ci", {s.gap_ci.lo, s.gap_ci.hi}},
+                    {"gap_bc", s.gap_bc},
+                    {"period", s.period.P},
+                    {"p_value", s.p_value}});
+  }
+  std::string command = opt.quick ? "phasescope reproduce --quick" : "phasescope reproduce";
+  return {{"schema", "phasescope-reproduce"},
+          {"version", 1},
+          {"command", command},
+          {"commit", build_commit()},
+          {"wall_seconds", wall},
+          {"rows", rows},
+          {"headline", head}};
+}
+
+void print_tables(const std::vector<EvalResults>& runs, const json& head) {
+  fmt::print("\n{}\n", results_format_compare(runs));
+  fmt::print(
+      "side by side with the paper (percent; ours: mean of residue accuracies [95% cluster-bootstrap CI])\n");
+  fmt::print("{:<16} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", "model", "protocol", "ours mean",
+             "worst", "gap", "paper", "worst", "gap");
+  for (const auto& r : runs) {
+    PaperRow paper;
+    for (const auto& row : paper_rows())
+      if (row.model == r.meta.model && row.protocol == r.meta.protocol) paper = row;
+    const Stats& s = r.stats;
+    fmt::print("{:<16} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", r.meta.model, r.meta.protocol,
+               fmt::format("{} [{}, {}]", pct(s.mean), pct(s.mean_ci.lo), pct(s.mean_ci.hi)), pct(s.worst),
+               fmt::format("{} [{}, {}]", pct(s.gap), pct(s.gap_ci.lo), pct(s.gap_ci.hi)),
+               pct_or_na(paper.mean), pct_or_na(paper.worst), pct_or_na(paper.gap));
+  }
+  fmt::print("\nthe paper's headline, the mean hides it: {}\n", head["rule"].get<std::string>());
+  for (const json& p : head["pairs"])
+    fmt::print("  {:<12} {} vs {}: mean {} vs {}, worst {} vs {}: {}\n", p["protocol"].get<std::string>(),
+               p["compressed"].get<std::string>(), p["full"].get<std::string>(),
+               pct(p["mean"][0].get<double>()), pct(p["mean"][1].get<double>()),
+               pct(p["worst"][0].get<double>()), pct(p["worst"][1].get<double>()),
+               p["verdict"].get<std::string>());
+  fmt::print("verdict: {}\n", head["verdict"].get<std::string>());
+}
 
 }  // namespace
 
@@ -72,9 +249,10 @@ std::string reproduce_run(const ReproduceOptions& opt_in) {
   const int64_t samples = opt.samples > 0 ? opt.samples : 48 * 24;
   std::vector<std::string> results;
   std::vector<ReportSection> explained;
+
+  // train (or reuse / resume), evaluate and explain each model
   for (size_t i = 0; i < opt.models.size(); ++i) {
     const std::string& name = opt.models[i];
-    // train (or reuse / resume) the model
     Preset p = reproduce_preset(name, opt);
     const std::string model_dir = (fs::path(opt.out) / "models" / name).string();
     fmt::print("\n=== [{}/{}] {}: {} steps of {} (checkpoint {}) ===\n", i + 1, opt.models.size(), name,
@@ -83,65 +261,37 @@ std::string reproduce_run(const ReproduceOptions& opt_in) {
     TrainOptions topt;
     topt.out_dir = model_dir;
     topt.fresh = opt.retrain;
-    TrainResult tr = train_run(p, topt);
+    const TrainResult tr = train_run(p, topt);
     if (tr.nan_stop)
       fail("reproduce " + name, tr.message, "lower train.lr in presets/" + name + ".json and rerun");
-
-    // evaluate it under both padding protocols (one load; the backends share the module)
     const LoadedModel trained = model_load(model_dir);
-    for (PadProtocol protocol : {PadProtocol::Prefix, PadProtocol::InSequence}) {
-      LoadedModel m = trained;
-      EvalOptions eo = eval_options_for(m.preset, protocol, samples, 24, 1);
-      // a retrained model starts its evaluations over (journals are bound to weights); the layout is
-      // the same for every model, so its table is printed once per protocol
-      eo.fresh = opt.retrain;
-      eo.log_layout = i == 0;
-      ModelBackend backend(std::move(m), name);
-      const std::string eval_dir = (fs::path(opt.out) / "eval" / name / pad_protocol_name(protocol)).string();
-      fmt::print("--- {} / {} padding: {} prompts -> {}\n", name, pad_protocol_name(protocol),
-                 eo.layout.n_base * 24, eval_dir);
-      std::fflush(stdout);
-      run_eval(backend, eo, eval_dir);
-      results.push_back((fs::path(eval_dir) / "results.json").string());
-    }
-
-    // why: knockouts, gate profiles, gate cycling (prefix protocol)
-    if (opt.explain) {
-      LoadedModel m = trained;
-      ExplainOptions xo;
-      xo.samples = opt.quick ? 1152 : 576;  // the quick task's short prompts need 48 blocks to balance
-      xo.calib_samples = opt.quick ? 48 : 192;
-      xo.log = &std::cout;
-      xo.fresh = opt.retrain;
-      const std::string explain_dir = (fs::path(opt.out) / "explain" / name).string();
-      fmt::print("--- {} / explain -> {}\n", name, explain_dir);
-      ExplainResults xr = explain_run(m.model, m.preset, xo, explain_dir);
-      fmt::print("{}", explain_summary(xr));
-      explained.push_back(explain_report_section(xr, explain_dir, "explain-" + name));
-    }
+    evaluate_model(trained, name, opt, samples, i == 0, &results);
+    if (opt.explain) explained.push_back(explain_model(trained, name, opt));
   }
 
-  // one report over all runs, and the table beside the paper's numbers
+  // the matched control: full attention stopped at the compressed model's prefix mean
+  const bool control =
+      !opt.matched_to.empty() && std::count(opt.models.begin(), opt.models.end(), opt.matched_to) > 0;
+  if (control) {
+    const std::string target_results =
+        (fs::path(opt.out) / "eval" / opt.matched_to / "prefix" / "results.json").string();
+    const double target = results_read(target_results).stats.mean;
+    evaluate_model(train_matched(opt, target), kMatched, opt, samples, false, &results);
+  }
+
+  // one report over all runs, the table beside the paper's numbers, the headline
   auto runs = eval_combined_report(
       results, opt.out, opt.quick ? "phasescope reproduce --quick" : "phasescope reproduce", explained);
-  fmt::print("\n{}\n", results_format_compare(runs));
-  fmt::print(
-      "side by side with the paper (percent; ours: mean of residue accuracies [95% cluster-bootstrap CI])\n");
-  fmt::print("{:<10} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", "model", "protocol", "ours mean",
-             "worst", "gap", "paper", "worst", "gap");
-  for (const auto& r : runs) {
-    PaperRow paper;
-    for (const auto& row : paper_rows())
-      if (row.model == r.meta.model && row.protocol == r.meta.protocol) paper = row;
-    const Stats& s = r.stats;
-    fmt::print("{:<10} {:<12} | {:>22} {:>8} {:>22} | {:>7} {:>7} {:>7}\n", r.meta.model, r.meta.protocol,
-               fmt::format("{} [{}, {}]", pct(s.mean), pct(s.mean_ci.lo), pct(s.mean_ci.hi)), pct(s.worst),
-               fmt::format("{} [{}, {}]", pct(s.gap), pct(s.gap_ci.lo), pct(s.gap_ci.hi)),
-               pct_or_na(paper.mean), pct_or_na(paper.worst), pct_or_na(paper.gap));
-  }
+  const json head =
+      control ? headline(runs, opt.matched_to)
+              : json{{"rule", "no matched control"}, {"pairs", json::array()}, {"verdict", "inconclusive"}};
+  print_tables(runs, head);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  io_write_atomic((fs::path(opt.out) / "reproduce.json").string(),
+                  reproduce_json(runs, head, opt, wall).dump(1) + "\n");
   const std::string report = (fs::path(opt.out) / "report.html").string();
-  fmt::print("\npaper numbers: {}\nwall time {:.0f} s; report {}\n", paper_rows()[0].source, wall, report);
+  fmt::print("\npaper numbers: {}\nwall time {:.0f} s; report {}; rows {}/reproduce.json\n",
+             paper_rows()[0].source, wall, report, opt.out);
   return report;
 }
 

@@ -61,6 +61,8 @@ const JsonTable<TaskConfig>& task_table() {
       {"n_fillers", json_field(&TaskConfig::n_fillers)},
       {"text_file", json_field(&TaskConfig::text_file)},
       {"text_ratio", json_field(&TaskConfig::text_ratio)},
+      {"corpus", json_field(&TaskConfig::corpus)},
+      {"lookup_ratio", json_field(&TaskConfig::lookup_ratio)},
       {"repeat_ratio", json_field(&TaskConfig::repeat_ratio)},
       {"repeat_steps", json_field(&TaskConfig::repeat_steps)},
   };
@@ -113,8 +115,12 @@ void validate(const Preset& p, const std::string& where) {
   need(p.model.token_shift >= 0 && p.model.token_shift <= 16, where, "model.token_shift",
        "must be in [0, 16]",
        "0 = off (the paper's decoder), 1-4 = a short causal convolution before each attention");
-  need(t.task == "lookup" || t.task == "mqar" || t.task == "text" || t.task == "mix", where, "task.task",
-       "unknown task '" + t.task + "'", "use lookup, mqar, text or mix");
+  need(t.task == "lookup" || t.task == "mqar" || t.task == "text" || t.task == "mix" || t.task == "corpus",
+       where, "task.task", "unknown task '" + t.task + "'", "use lookup, mqar, text, mix or corpus");
+  need(t.task != "corpus" || !t.corpus.empty(), where, "task.corpus", "task 'corpus' needs a corpus folder",
+       "build one with `phasescope corpus build --out runs/corpus` and set task.corpus (or --corpus DIR)");
+  need(t.lookup_ratio >= 0 && t.lookup_ratio <= 1, where, "task.lookup_ratio", "must be in [0, 1]",
+       "0 = a pure language model");
   need(t.seq_len >= 16 && t.seq_len <= (1 << 20), where, "task.seq_len", "must be in [16, 1048576]",
        "e.g. 256");
   need(t.n_keys >= 2 && t.n_keys <= 65536 && t.n_names >= 2 && t.n_names <= 65536 && t.n_fillers <= 65536,
@@ -208,11 +214,14 @@ Preset preset_load(const std::string& name_or_path) {
       fail("preset '" + name_or_path + "'", "not found in " + preset_dir(), "use one of: " + all);
     }
   }
-  return preset_from_json(read_text(path), path);
+  return preset_parse(read_text(path), path);
 }
 
-Preset preset_from_json(const std::string& text, const std::string& where) {
-  json j = json_parse_or_fail(text, where, "fix the preset's syntax");
+Preset preset_parse(const std::string& text, const std::string& where) {
+  return preset_from_json(json_parse_or_fail(text, where, "fix the preset's syntax"), where);
+}
+
+Preset preset_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) fail(where, "a preset must be a JSON object", "see presets/w8s8-1kv.json");
   for (auto it = j.begin(); it != j.end(); ++it) {
     static const std::set<std::string> known = {"name",   "description", "model", "attention",
@@ -273,7 +282,7 @@ Preset preset_from_json(const std::string& text, const std::string& where) {
   return p;
 }
 
-std::string preset_to_json(const Preset& p) {
+json preset_to_json(const Preset& p) {
   json j;
   j["name"] = p.name;
   j["description"] = p.description;
@@ -283,7 +292,7 @@ std::string preset_to_json(const Preset& p) {
   j["layers"] = json::array();
   for (const auto& a : p.model.layers) j["layers"].push_back(json::parse(attn_config_to_json(a)));
   j["attention"] = j["layers"][0];
-  return j.dump(2);
+  return j;
 }
 
 }  // namespace phasescope

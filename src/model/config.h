@@ -4,6 +4,7 @@
 // Not here: the modules themselves (model.h) or the training loop (train/trainer.h).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ struct ModelConfig {
 };
 
 struct TaskConfig {
-  std::string task = "lookup";  // lookup | mqar | text | mix (lookup + text)
+  std::string task = "lookup";  // lookup | mqar | text | mix (lookup + text) | corpus (a language model)
   int seq_len = 256;            // T of training sequences (lookup/mqar fill it exactly)
   int n_records = 64;           // lookup: records per prompt (the paper's 64)
   int n_demos = 8;              // lookup: demonstrations
@@ -54,7 +55,11 @@ struct TaskConfig {
       0.0;  // lookup/mqar/mix (not text): fraction of the task rows that are repeated segments (a random
             // run of distinct key/name tokens, filler, the same run again; loss on every
             // token of the second copy): a dense induction signal; 0 = off
-  int repeat_steps = 0;  // repeated-segment rows only before this step; 0 = at every step
+  int repeat_steps = 0;       // repeated-segment rows only before this step; 0 = at every step
+  std::string corpus;         // corpus: a corpus folder (data/corpus.h): packed rows of its BPE tokens, the
+                              // document-boundary token between documents, next-token loss on every token
+  double lookup_ratio = 0.0;  // corpus: fraction of rows that are lookup rows in the corpus's vocabulary
+                              // (a declared deviation from pure pretraining); 0 = a pure language model
 };
 
 struct TrainConfig {
@@ -107,7 +112,10 @@ std::string preset_dir();
 std::vector<std::string> preset_names();
 // NAME (looked up in preset_dir()) or a path to a .json file.
 Preset preset_load(const std::string& name_or_path);
-Preset preset_from_json(const std::string& text, const std::string& where);
-std::string preset_to_json(const Preset& p);  // full, explicit (every field), loadable again
+// A preset from its JSON (an object: anything else is refused, naming `where`), or from JSON text.
+Preset preset_from_json(const nlohmann::json& j, const std::string& where);
+Preset preset_parse(const std::string& text, const std::string& where);
+// Full and explicit (every field, every layer under "layers"), loadable again by preset_from_json.
+nlohmann::json preset_to_json(const Preset& p);
 
 }  // namespace phasescope

@@ -20,7 +20,7 @@ std::string checkpoint_path(const std::string& dir_or_file) {
 }
 
 std::string model_content_hash(DecoderImpl& model, const Preset& preset) {
-  json arch = json::parse(preset_to_json(preset));
+  json arch = preset_to_json(preset);
   for (const char* k : {"name", "description", "task", "train"}) arch.erase(k);
   uint64_t h = fnv1a(arch.dump());
   for (const auto& item : model.named_parameters()) {
@@ -99,7 +99,7 @@ LoadedModel model_load(const std::string& dir_or_file) {
   const std::string path = checkpoint_path(dir_or_file);
   CheckpointContents r = checkpoint_read(path);
   LoadedModel out;
-  out.preset = preset_from_json(r.header["preset"].dump(), path + " (embedded preset)");
+  out.preset = preset_from_json(r.header["preset"], path + " (embedded preset)");
   out.step = r.header["step"].get<int64_t>();
   out.model = Decoder(out.preset.model);
   checkpoint_load_weights(*out.model, r.tensors, path);

@@ -18,7 +18,7 @@
 #include "core/check.h"
 #include "core/runtime.h"
 #include "data/tasks.h"
-#include "eval/model_backend.h"
+#include "model/forward.h"
 #include "model/load.h"
 #include "serve/text_codec.h"
 

@@ -63,7 +63,7 @@ std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.un
 
 // Everything that must agree for a checkpoint to be resumed by this preset (all but train.steps).
 json resume_identity(const Preset& p) {
-  json j = json::parse(preset_to_json(p));
+  json j = preset_to_json(p);
   j["train"].erase("steps");
   j.erase("description");
   return j;
@@ -88,7 +88,7 @@ void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::A
   tensors["rng.torch"] = at::detail::getDefaultCPUGenerator().get_state();
   json header = {{"version", 1},
                  {"preset_name", preset.name},
-                 {"preset", json::parse(preset_to_json(preset))},
+                 {"preset", preset_to_json(preset)},
                  {"step", step},
                  {"optim_steps", optim_steps},
                  {"data_state", stream.state()},
@@ -174,25 +174,31 @@ void train_write_init(const Preset& preset_in, const std::string& out_dir) {
                                 torch::optim::AdamWOptions(preset.train.lr));  // no state yet
   TaskStream stream(preset.task, preset.train.seed + 1);
   save_checkpoint(out_dir, *model, optimizer, preset, 0, stream, std::nan(""));
-  io_write_atomic((fs::path(out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
+  io_write_atomic((fs::path(out_dir) / "config.json").string(), preset_to_json(preset).dump(2) + "\n");
 }
 
 namespace {
 
-// n held-out rows of the preset's task at full size (lookup / mqar; text and mix use lookup), drawn from
-// seed, in batches of up to 32: what heldout_accuracy and heldout_loss score. `task` receives the task.
+// n held-out rows of the preset's task at full size (lookup / mqar; text and mix use lookup; a language
+// model's loss reads its corpus's validation split and its accuracy the lookup in its own vocabulary, a
+// task it never trained on), drawn from seed, in batches of up to 32: what heldout_accuracy and
+// heldout_loss score. `task` receives the task.
 std::vector<std::vector<Example>> heldout_batches(const Preset& preset, int n, uint64_t seed,
-                                                  TaskConfig* task) {
+                                                  TaskConfig* task, bool for_loss) {
   *task = preset.task;
-  if (task->task == "mix" || task->task == "text") task->task = "lookup";
   const Vocab v = task_vocab(*task);
+  Corpus corpus;
+  if (task->task == "corpus" && for_loss) corpus = corpus_open(task->corpus, CorpusVerify::kSizes);
+  if (task->task == "mix" || task->task == "text" || (task->task == "corpus" && !for_loss))
+    task->task = "lookup";
   std::mt19937_64 rng(seed);
   std::vector<std::vector<Example>> out;
   for (int start = 0; start < n; start += 32) {
     out.emplace_back();
     for (int i = start; i < std::min(n, start + 32); ++i)
-      out.back().push_back(task->task == "mqar" ? mqar_example(*task, v, rng)
-                                                : lookup_train_example(*task, v, task->n_records, rng));
+      out.back().push_back(task->task == "corpus" ? corpus_example(*task, corpus.val, rng)
+                           : task->task == "mqar" ? mqar_example(*task, v, rng)
+                                                  : lookup_train_example(*task, v, task->n_records, rng));
   }
   return out;
 }
@@ -203,7 +209,7 @@ double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_
   torch::NoGradGuard g;
   TaskConfig task;
   int64_t correct = 0, total = 0;
-  for (const std::vector<Example>& ex : heldout_batches(preset, n, seed, &task)) {
+  for (const std::vector<Example>& ex : heldout_batches(preset, n, seed, &task, false)) {
     Batch b = make_batch(ex);
     auto pred = model.forward(b.tokens).argmax(-1);  // [B, T]
     for (size_t i = 0; i < ex.size(); ++i) {
@@ -224,7 +230,7 @@ double heldout_loss(DecoderImpl& model, const Preset& preset, int n, uint64_t se
   TaskConfig task;
   double sum = 0;
   int64_t count = 0;
-  for (const std::vector<Example>& ex : heldout_batches(preset, n, seed, &task)) {
+  for (const std::vector<Example>& ex : heldout_batches(preset, n, seed, &task, true)) {
     Batch b = make_batch(ex);
     const torch::Tensor logits = model.forward(b.tokens);  // [B, T, V]
     const torch::Tensor flat_t = b.targets.reshape({-1});
@@ -291,7 +297,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   json warm_start = nullptr;  // the header's record of train.init_from
   if (fs::exists(ckpt) && !opt.fresh) {
     CheckpointContents r = checkpoint_read(ckpt);
-    Preset saved = preset_from_json(r.header["preset"].dump(), ckpt + " (embedded preset)");
+    Preset saved = preset_from_json(r.header["preset"], ckpt + " (embedded preset)");
     if (resume_identity(saved) != resume_identity(preset))
       fail(ckpt,
            "holds a checkpoint of a different configuration than preset '" + preset.name +
@@ -371,7 +377,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
   if (tc.steps > 0 && tc.warmup >= tc.steps)
     log(fmt::format("warning: warmup ({} steps) >= steps ({}): the learning rate never reaches its peak {}",
                     tc.warmup, tc.steps, tc.lr));
-  io_write_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset) + "\n");
+  io_write_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset).dump(2) + "\n");
   std::ofstream metrics((fs::path(opt.out_dir) / "metrics.jsonl").string(), std::ios::app);
   log(fmt::format("training {}: {}", preset.name, model_describe(*model)));
 
@@ -491,7 +497,13 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       metrics.flush();
     }
     const bool stop_now = opt.handle_signals && g_train_signal != 0;
-    if (step % tc.ckpt_every == 0 || last || stop_now) {
+    bool stop_early = false;
+    if (opt.stop_when) {
+      model->eval();
+      stop_early = opt.stop_when(*model, step);
+      model->train();
+    }
+    if (step % tc.ckpt_every == 0 || last || stop_now || stop_early) {
       bool finite = true;
       for (const auto& p : model->parameters()) finite = finite && torch::isfinite(p).all().item<bool>();
       if (!finite) {  // never overwrite a good checkpoint with diverged weights
@@ -500,6 +512,13 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       }
       save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv, warm_start);
       res.step = step;
+    }
+    if (stop_early && !last) {
+      res.stopped_early = true;
+      res.message = fmt::format("stopped at step {} of {} (stop condition met): checkpoint saved ({})", step,
+                                tc.steps, ckpt);
+      log(res.message);
+      break;
     }
     if (stop_now) {
       res.interrupted = true;

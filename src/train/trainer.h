@@ -33,6 +33,11 @@ struct TrainOptions {
   std::function<void(const std::string&)> log;  // progress lines; default prints to stdout
   // called with the model before each step's forward (instrumentation; tests inject faults with it)
   std::function<void(DecoderImpl& model, int64_t step)> before_step;
+  // called after every step with the model in eval mode: true stops the run there with a checkpoint, the
+  // model then being what train.steps = that step would give (a control stopped where its held-out
+  // accuracy reaches a target). A later train_run on the folder would go on training: callers record
+  // that they stopped.
+  std::function<bool(DecoderImpl& model, int64_t step)> stop_when;
 };
 
 struct TrainResult {
@@ -41,8 +46,9 @@ struct TrainResult {
   double eval_acc = -1;  // last periodic evaluation accuracy (-1 = none)
   bool nan_stop = false;
   bool resumed = false;
-  bool interrupted = false;  // SIGINT / SIGTERM: stopped after a step, checkpoint saved
-  int64_t trained = 0;       // steps this call ran (0: nothing to do, `message` says why)
+  bool interrupted = false;    // SIGINT / SIGTERM: stopped after a step, checkpoint saved
+  bool stopped_early = false;  // TrainOptions::stop_when said stop: checkpoint saved at `step`
+  int64_t trained = 0;         // steps this call ran (0: nothing to do, `message` says why)
   double seconds = 0;
   std::string message;
 };
@@ -66,12 +72,13 @@ Preset dense_warmup_preset(const Preset& preset);
 void train_write_init(const Preset& preset, const std::string& out_dir);
 
 // Accuracy of the model's top-1 at every scored query of `n` held-out examples of the preset's
-// task (lookup: the final answer only), drawn from seed `seed`. Used by the periodic evaluation.
+// task (lookup: the final answer only; a language model: the lookup in its corpus's vocabulary, never
+// trained on unless task.lookup_ratio mixes it in), drawn from seed `seed`. Used by the periodic evaluation.
 double heldout_accuracy(DecoderImpl& model, const Preset& preset, int n, uint64_t seed);
 
 // Mean cross-entropy (nats per scored token) of `n` held-out rows of the preset's task at full size
-// (lookup / mqar; text and mix use lookup), every position with a target, drawn from `seed`: the
-// validation loss of a run.
+// (lookup / mqar; text and mix use lookup; a language model: seq_len-token windows of its corpus's
+// validation split, every token scored), drawn from `seed`: the validation loss of a run.
 double heldout_loss(DecoderImpl& model, const Preset& preset, int n, uint64_t seed);
 
 // The learning rate at `step` (0-based) under warmup + cosine.
