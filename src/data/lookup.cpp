@@ -8,11 +8,22 @@
 
 namespace phasescope {
 
+Vocab vocab_of_ids(const VocabIds& ids) {
+  Vocab v;
+  v.lm = true;
+  v.ids = ids;
+  v.n_fillers = int(ids.fillers.size());
+  v.n_keys = int(ids.keys.size());
+  v.n_names = int(ids.names.size());
+  v.bytes = false;
+  return v;
+}
+
 std::string vocab_token_name(const Vocab& v, int tok) {
   if (tok == v.bos()) return "bos";
-  if (tok >= v.filler(0) && tok < v.filler(v.n_fillers)) return "f" + std::to_string(tok - v.filler(0));
-  if (v.is_key(tok)) return "k" + std::to_string(tok - v.key(0));
-  if (v.is_name(tok)) return "n" + std::to_string(tok - v.name(0));
+  if (int i = v.filler_index(tok); i >= 0) return "f" + std::to_string(i);
+  if (int i = v.key_index(tok); i >= 0) return "k" + std::to_string(i);
+  if (int i = v.name_index(tok); i >= 0) return "n" + std::to_string(i);
   if (v.bytes && tok >= v.byte(0) && tok < v.byte(256)) return "b" + std::to_string(tok - v.byte(0));
   return "?" + std::to_string(tok);
 }

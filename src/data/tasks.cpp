@@ -4,15 +4,44 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
 #include "core/check.h"
 #include "core/io.h"
+#include "tokenizer/tokenizer.h"
 
 namespace phasescope {
 
+Vocab corpus_vocab(const std::string& corpus_dir) {
+  static std::mutex mu;
+  static std::map<std::string, Vocab> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (const auto it = cache.find(corpus_dir); it != cache.end()) return it->second;
+  const Corpus c = corpus_open(corpus_dir, CorpusVerify::kSizes);
+  VocabIds ids;
+  ids.bos = c.boundary_id;
+  ids.size = c.vocab_size;
+  for (const LookupWord& w : c.lookup_keys) ids.keys.push_back(w.id);
+  for (const LookupWord& w : c.lookup_names) ids.names.push_back(w.id);
+  const Tokenizer tok = Tokenizer::load(c.tokenizer_path);
+  for (const char* s : {"\n", " ", ",", ".", ";", ":", " -", "!", "?", "\n\n", " ,", " .", " ;", " :"}) {
+    const std::vector<int> e = tok.encode(s);
+    if (e.size() == 1 && e[0] != ids.bos && std::count(ids.fillers.begin(), ids.fillers.end(), e[0]) == 0 &&
+        std::count(ids.keys.begin(), ids.keys.end(), e[0]) == 0 &&
+        std::count(ids.names.begin(), ids.names.end(), e[0]) == 0)
+      ids.fillers.push_back(e[0]);
+  }
+  if (ids.fillers.empty() || ids.keys.size() < 2 || ids.names.size() < 2)
+    fail(corpus_dir + "/manifest.json", "has too few lookup words or no single-token filler",
+         "rebuild the corpus with `phasescope corpus build --out " + corpus_dir + "`");
+  return cache[corpus_dir] = vocab_of_ids(ids);
+}
+
 Vocab task_vocab(const TaskConfig& cfg) {
+  if (cfg.task == "corpus") return corpus_vocab(cfg.corpus);
   Vocab v;
   v.n_fillers = cfg.n_fillers;
   v.n_keys = cfg.n_keys;
@@ -181,8 +210,21 @@ Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<ui
   return out;
 }
 
+Example corpus_example(const TaskConfig& cfg, const CorpusTokens& split, std::mt19937_64& rng) {
+  const size_t n = size_t(cfg.seq_len);
+  if (split.size < n + 1)
+    fail("task.corpus", "a split has " + std::to_string(split.size) + " tokens, fewer than seq_len + 1",
+         "build a larger corpus or use a shorter task.seq_len");
+  const size_t s = std::uniform_int_distribution<size_t>(0, split.size - n - 1)(rng);
+  Example out;
+  out.tokens.assign(split.data + s, split.data + s + n);
+  out.targets.assign(split.data + s + 1, split.data + s + n + 1);
+  return out;
+}
+
 TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed)
     : cfg_(cfg), vocab_(task_vocab(cfg)), rng_(seed) {
+  if (cfg_.task == "corpus") corpus_ = corpus_open(cfg_.corpus, CorpusVerify::kSizes);
   if (cfg_.task == "text" || cfg_.task == "mix") {
     const std::string bytes = io_read_text(cfg_.text_file, "check task.text_file / --text");
     text_.assign(bytes.begin(), bytes.end());
@@ -197,6 +239,11 @@ TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed)
 Example TaskStream::next(int64_t step) {
   const TaskConfig c = curriculum_task(cfg_, step);  // every row of a step has c.seq_len tokens
   if (c.task == "text") return text_example(c, vocab_, text_, rng_);
+  if (c.task == "corpus") {
+    if (c.lookup_ratio > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < c.lookup_ratio)
+      return lookup_train_example(c, vocab_, c.n_records, rng_);
+    return corpus_example(c, corpus_.train, rng_);
+  }
   if (c.task == "mix" && std::uniform_real_distribution<double>(0, 1)(rng_) < c.text_ratio)
     return text_example(c, vocab_, text_, rng_);
   if (c.repeat_ratio > 0 && (c.repeat_steps <= 0 || step < c.repeat_steps) &&

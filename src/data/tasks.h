@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "data/corpus.h"
 #include "data/lookup.h"
 #include "data/vocab.h"
 #include "model/config.h"
@@ -27,7 +28,13 @@ struct Example {
       query_key_pos;  // for each query: the position of the record key it asks for (-1 = none)
 };
 
+// The task's vocabulary; for task "corpus", corpus_vocab(cfg.corpus).
 Vocab task_vocab(const TaskConfig& cfg);
+
+// A language model's lookup vocabulary from its corpus folder: the manifest's single-token keys and names,
+// the boundary token as BOS, and as fillers the whitespace and punctuation strings that are one token of
+// its tokenizer (newline, space, comma, period, ...). Read once per folder and process.
+Vocab corpus_vocab(const std::string& corpus_dir);
 
 class TaskStream {
  public:
@@ -45,6 +52,7 @@ class TaskStream {
   Vocab vocab_;
   std::mt19937_64 rng_;
   std::vector<uint8_t> text_;
+  Corpus corpus_;  // task "corpus": the mapped shards
 };
 
 // Generators used by the stream (exposed for tests and evaluation sets).
@@ -56,6 +64,9 @@ Example mqar_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng
 Example repeat_example(const TaskConfig& cfg, const Vocab& v, std::mt19937_64& rng);
 Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<uint8_t>& text,
                      std::mt19937_64& rng);
+// seq_len consecutive tokens of a corpus split at a random offset, each predicting the next (packed rows:
+// documents run into each other, the boundary token between them; loss on every position).
+Example corpus_example(const TaskConfig& cfg, const CorpusTokens& split, std::mt19937_64& rng);
 
 // Records in use at a step under the curriculum (min_records -> n_records over curriculum_steps).
 int curriculum_records(const TaskConfig& cfg, int64_t step);

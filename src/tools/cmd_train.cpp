@@ -18,16 +18,20 @@ namespace {
 
 // Command-line overrides of a preset; unset ones leave the preset's value.
 struct Overrides {
-  std::optional<std::string> task, text, init_from;
+  std::optional<std::string> task, text, init_from, corpus;
   std::optional<int> steps, d_model, layers, heads, kv_heads, head_dim, mlp, token_shift, seq, batch, records,
       warmup, curriculum;
   std::optional<int> eval_every, repeat_steps, dense_warmup;
-  std::optional<double> lr, text_ratio, repeat_ratio;
+  std::optional<double> lr, text_ratio, repeat_ratio, lookup_ratio;
   std::optional<uint64_t> seed;
 };
 
 void add_override_options(CLI::App* cmd, Overrides& o) {
-  cmd->add_option("--task", o.task, "lookup | mqar | text | mix");
+  cmd->add_option("--task", o.task, "lookup | mqar | text | mix | corpus");
+  cmd->add_option("--corpus", o.corpus, "a corpus folder (phasescope corpus build) for the corpus task");
+  cmd->add_option(
+      "--lookup-ratio", o.lookup_ratio,
+      "corpus: fraction of rows that are lookup rows (a declared deviation from pure pretraining)");
   cmd->add_option("--text", o.text, "UTF-8 text file for the text / mix tasks");
   cmd->add_option("--text-ratio", o.text_ratio, "mix: fraction of text rows");
   cmd->add_option("--steps", o.steps, "training steps");
@@ -63,6 +67,8 @@ void apply(Preset& p, const Overrides& o) {
   if (o.task) p.task.task = *o.task;
   if (o.text) p.task.text_file = *o.text;
   if (o.text_ratio) p.task.text_ratio = *o.text_ratio;
+  if (o.corpus) p.task.corpus = *o.corpus;
+  if (o.lookup_ratio) p.task.lookup_ratio = *o.lookup_ratio;
   if (o.steps) p.train.steps = *o.steps;
   if (o.d_model) p.model.d_model = *o.d_model;
   if (o.heads) p.model.n_heads = *o.heads;

@@ -1,0 +1,230 @@
+// lm_test.cpp — language models on a corpus (issue 32's path end to end at toy size): a tiny corpus the
+// test writes and builds (prose over 24 animal words and 24 names, so the lookup finds single-token keys
+// and names; vocab 448), then: packed corpus rows carry the boundary token and predict the next token
+// everywhere; a 50-step language model's loss falls and 25 + 25 resumed steps are the 50 straight, bit
+// for bit; the lookup layout speaks the corpus's tokens (keys and names at their recorded positions,
+// decoded back to the words); the copy loss is computed per residue; a checkpoint is refused against a
+// corpus of another vocabulary; and `study` over a two-layer language-model grid, in two shards merged,
+// gives every row with the copy loss, and the mean-hides finding. Needs node and tests/js/node_modules
+// (scripts/js_reference.sh), as the corpus build does.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "core/io.h"
+#include "data/corpus.h"
+#include "data/tasks.h"
+#include "eval/copy_loss.h"
+#include "eval/layout.h"
+#include "eval/model_backend.h"
+#include "jobs/study.h"
+#include "model/load.h"
+#include "testing.h"
+#include "tokenizer/tokenizer.h"
+#include "train/trainer.h"
+
+namespace phasescope {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* kAnimals[] = {"cat",   "dog",  "horse", "cow",   "sheep",  "goat",  "pig",   "duck",
+                          "mouse", "bear", "wolf",  "fox",   "lion",   "tiger", "deer",  "frog",
+                          "bird",  "fish", "owl",   "snake", "rabbit", "camel", "whale", "eagle"};
+const char* kNames[] = {"Alice",  "Bob",   "Carol", "David",  "Emma",   "Frank", "Grace", "Henry",
+                        "Irene",  "Jack",  "Karen", "Louis",  "Maria",  "Nancy", "Oscar", "Peter",
+                        "Rachel", "Simon", "Tina",  "Victor", "Walter", "Julia", "Laura", "Edward"};
+
+// A tiny corpus, built once per test process: 40 documents of sentences over the animals and names.
+const std::string& tiny_corpus() {
+  static const std::string dir = [] {
+    const std::string src = testutil::tmp_dir("lm_corpus_src"), out = testutil::tmp_dir("lm_corpus");
+    std::mt19937 rng(11);
+    for (int d = 0; d < 40; ++d) {
+      std::string s;
+      for (int i = 0; i < 60; ++i)
+        s += std::string(kNames[rng() % 24]) + " feeds the " + kAnimals[rng() % 24] + ", and the " +
+             kAnimals[rng() % 24] + " sees " + kNames[rng() % 24] + ".\n";
+      io_write_atomic(src + "/doc" + std::to_string(d) + ".txt", s);
+    }
+    CorpusBuildOptions o;
+    o.out = out;
+    o.vocab_size = 448;  // all this text merges into (the BPE trainer says so when asked for more)
+    o.sources = {src};
+    o.val_fraction = 0.2;
+    o.lookup_words = 16;
+    corpus_build(o, nullptr);
+    return out;
+  }();
+  return dir;
+}
+
+// lm-w8s8-1kv (or another LM preset) shrunk: 2 layers, d 32, 64-token rows of the tiny corpus.
+Preset tiny_lm(const std::string& name) {
+  Preset p = preset_load(name);
+  p.model.d_model = 32;
+  p.model.n_heads = 4;
+  p.model.head_dim = 8;
+  p.model.mlp_hidden = 64;
+  p.model.layers.resize(2);
+  p.model.n_layers = 2;
+  p.task.corpus = tiny_corpus();
+  p.task.seq_len = 64;
+  p.task.n_records = 8;
+  p.task.n_demos = 4;
+  p.task.n_keys = p.task.n_names = 16;
+  p.task.mqar_pairs = 8;
+  p.train.steps = 50;
+  p.train.batch = 4;
+  p.train.warmup = 5;
+  p.train.eval_every = 0;
+  p.train.ckpt_every = 25;
+  p.train.log_every = 10;
+  return preset_from_json(preset_to_json(p), "tiny " + name);
+}
+
+TrainOptions quiet(const std::string& dir) {
+  TrainOptions o;
+  o.out_dir = dir;
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+TEST(LanguageModel, CorpusRowsArePackedNextTokenRows) {
+  const Corpus c = corpus_open(tiny_corpus());
+  TaskConfig t = tiny_lm("lm-w8s8-1kv").task;
+  std::mt19937_64 rng(3);
+  int boundaries = 0;
+  for (int i = 0; i < 20; ++i) {
+    const Example e = corpus_example(t, c.train, rng);
+    ASSERT_EQ(e.tokens.size(), 64u);
+    ASSERT_EQ(e.targets.size(), 64u);
+    for (size_t k = 0; k + 1 < 64; ++k) EXPECT_EQ(e.targets[k], e.tokens[k + 1]);  // loss on every position
+    for (int tok : e.tokens) boundaries += tok == c.boundary_id;
+  }
+  EXPECT_GT(boundaries, 0);  // documents are shorter than 20 rows: boundaries show up inside rows
+  // the stream's vocabulary is the corpus's, with its words as lookup keys and names
+  const Vocab v = task_vocab(t);
+  EXPECT_TRUE(v.lm);
+  EXPECT_EQ(v.size(), c.vocab_size);
+  EXPECT_EQ(v.bos(), c.boundary_id);
+  EXPECT_EQ(v.n_keys, int(c.lookup_keys.size()));
+  EXPECT_GE(v.n_fillers, 1);
+}
+
+TEST(LanguageModel, FiftyStepsLossFallsAndResumesBitwise) {
+  const Preset p = tiny_lm("lm-w8s8-1kv");
+  const std::string straight = testutil::tmp_dir("lm_straight"), staged = testutil::tmp_dir("lm_staged");
+  train_run(p, quiet(straight));
+  std::vector<double> losses;
+  for (const std::string& line : [&] {
+         std::vector<std::string> v;
+         std::istringstream in(testutil::slurp(straight + "/metrics.jsonl"));
+         for (std::string l; std::getline(in, l);) v.push_back(l);
+         return v;
+       }())
+    if (json j = json::parse(line); j.contains("loss")) losses.push_back(j["loss"].get<double>());
+  ASSERT_GE(losses.size(), 4u);
+  EXPECT_LT(losses.back(), losses.front() - 0.5) << "the language model's loss falls";
+  TrainOptions first = quiet(staged);
+  first.stop_after = 25;
+  train_run(p, first);
+  EXPECT_TRUE(train_run(p, quiet(staged)).resumed);
+  LoadedModel a = model_load(straight), b = model_load(staged);
+  auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
+  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  // the validation loss reads the held-out split
+  const double val = heldout_loss(*a.model, a.preset, 8, 1);
+  EXPECT_GT(val, 0.0);
+  EXPECT_LT(val, std::log(double(a.preset.model.vocab_size)));
+}
+
+TEST(LanguageModel, LookupLayoutSpeaksTheCorpusTokens) {
+  const Preset p = tiny_lm("lm-w8s8-1kv");
+  const EvalOptions eo = eval_options_for(p, PadProtocol::Prefix, 48 * 24, 24, 1);
+  const Corpus c = corpus_open(tiny_corpus());
+  const Tokenizer tok = Tokenizer::load(c.tokenizer_path);
+  const std::vector<LayoutSample> samples = layout_build(eo.layout).samples;
+  ASSERT_FALSE(samples.empty());
+  for (const LayoutSample& s : samples) {
+    ASSERT_EQ(s.tokens[size_t(s.target_pos)], s.tokens.back());  // the query repeats the target key
+    const int key = s.tokens[size_t(s.target_pos)];
+    EXPECT_TRUE(eo.layout.task.vocab.is_key(key));
+    EXPECT_EQ(s.tokens[size_t(s.target_pos) + 1], s.answer);  // the name follows its key directly
+    EXPECT_TRUE(eo.layout.task.vocab.is_name(s.answer));
+    // decoded, the key is one of the corpus's lookup words
+    bool found = false;
+    for (const LookupWord& w : c.lookup_keys) found = found || (w.id == key && tok.decode({key}) == w.text);
+    EXPECT_TRUE(found) << tok.decode({key});
+    EXPECT_EQ(s.target_pos % 24, s.residue);
+  }
+}
+
+TEST(LanguageModel, CopyLossByPhaseAndVocabularyMismatchIsRefused) {
+  Preset p = tiny_lm("lm-w8s8-1kv");
+  p.train.steps = 4;
+  const std::string dir = testutil::tmp_dir("lm_copy");
+  train_run(p, quiet(dir));
+  LoadedModel m = model_load(dir);
+  const Corpus c = corpus_open(tiny_corpus());
+  CopyLossOptions co;
+  co.R = 8;
+  co.S = 8;
+  co.span = 8;
+  co.gap = 8;
+  co.spans = 3;
+  const CopyLossResult r = copy_loss_by_phase(*m.model, c.val, c.boundary_id, co);
+  ASSERT_EQ(r.per_residue.size(), 8u);
+  EXPECT_EQ(r.tokens_per_residue, 3 * 7);  // every span's tokens but the first, once per residue
+  for (double x : r.per_residue) EXPECT_GT(x, 0.0);
+  EXPECT_GE(r.gap, 0.0);
+  // a checkpoint evaluated against a corpus of another vocabulary is refused, naming the fix
+  Preset other = m.preset;
+  other.model.vocab_size = c.vocab_size + 7;
+  const std::string err =
+      testutil::error_of([&] { eval_options_for(other, PadProtocol::Prefix, 24, 24, 1); });
+  EXPECT_NE(err.find("vocabulary"), std::string::npos) << err;
+  EXPECT_NE(err.find("task.corpus"), std::string::npos) << err;
+}
+
+// `study` over a language-model grid at toy size (two layers), in two shards merged
+TEST(LanguageModel, StudyGridInTwoShards) {
+  const std::string dir = testutil::tmp_dir("lm_study");
+  const json overrides = {
+      {"model", {{"n_layers", 2}}},
+      {"task", {{"corpus", tiny_corpus()}, {"n_keys", 16}, {"n_names", 16}, {"mqar_pairs", 8}}}};
+  json grid = {{"name", "lm-toy"}, {"toy", true}, {"runs", json::array()}};
+  for (const char* preset : {"lm-full-1kv", "lm-w8s8-1kv"})
+    grid["runs"].push_back({{"preset", preset}, {"seed", 42}, {"family", "lm"}, {"overrides", overrides}});
+  io_write_atomic(dir + "/grid.json", grid.dump());
+  StudyOptions o;
+  o.grid = dir + "/grid.json";
+  o.report = false;
+  o.out = dir + "/a", o.shard_k = 1, o.shard_n = 2;
+  const StudyResult a = study_run(o);
+  o.out = dir + "/b", o.shard_k = 2;
+  const StudyResult b = study_run(o);
+  for (const StudyResult* r : {&a, &b})
+    for (const auto& [id, error] : r->failed) ADD_FAILURE() << id << ": " << error;
+  EXPECT_EQ(a.missing, std::vector<std::string>{"lm-w8s8-1kv@42"});  // the other shard's run
+  StudyOptions m = o;
+  m.out = dir + "/merged", m.run = false, m.merge = {dir + "/a", dir + "/b"};
+  const StudyResult merged = study_run(m);
+  EXPECT_TRUE(merged.missing.empty()) << merged.missing.size() << " missing";
+  EXPECT_EQ(merged.study["runs"].size(), 4u);  // two runs, two protocols
+  ASSERT_TRUE(merged.study.contains("copy_loss"));
+  EXPECT_EQ(merged.study["copy_loss"].size(), 2u);
+  bool mean_hides = false;
+  for (const json& f : merged.study["findings"]) mean_hides = mean_hides || f["id"] == "mean-hides";
+  EXPECT_TRUE(mean_hides);
+  const std::optional<StudyRow> row = study_row_read(study_row_path(m.out, "lm-w8s8-1kv@42"));
+  ASSERT_TRUE(row.has_value());
+  EXPECT_TRUE(row->copy_loss.has_value());
+  EXPECT_EQ(row->strides, (std::vector<int>{8, 8}));
+  EXPECT_GT(row->val_loss, 0.0);  // the language model's loss on the held-out split
+}
+
+}  // namespace
+}  // namespace phasescope
