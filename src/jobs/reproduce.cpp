@@ -20,6 +20,7 @@
 #include "explain/explain_report.h"
 #include "jobs/study_findings.h"
 #include "model/config.h"
+#include "model/forward.h"
 #include "model/load.h"
 #include "train/trainer.h"
 
@@ -46,8 +47,10 @@ std::vector<PaperRow> paper_rows() {
 namespace {
 
 const std::string kMatched = "full-1kv-matched";  // the control's folder and name
-constexpr int kMatchEvery = 10;                   // steps between the control's held-out checks
-constexpr int kMatchRows = 256;                   // held-out rows per check
+constexpr int kMatchEvery = 10;                   // steps between the control's checks, far from the target
+constexpr int kMatchNear = 2;                     // and once within kMatchWindow of it
+constexpr double kMatchWindow = 0.15;
+constexpr double kMatchSlack = 0.01;  // stop at the first check at most this below the target
 
 // The run a model gets in this mode: the preset itself, or a tiny version for --quick.
 Preset reproduce_preset(const std::string& name, const ReproduceOptions& opt) {
@@ -82,6 +85,7 @@ void evaluate_model(const LoadedModel& trained, const std::string& name, const R
     // same for every model, so its table is printed once per protocol
     eo.fresh = opt.retrain;
     eo.log_layout = log_layout;
+    eo.model = name;
     ModelBackend backend(std::move(m), name);
     const std::string eval_dir = (fs::path(opt.out) / "eval" / name / pad_protocol_name(protocol)).string();
     fmt::print("--- {} / {} padding: {} prompts -> {}\n", name, pad_protocol_name(protocol),
@@ -108,8 +112,28 @@ ReportSection explain_model(const LoadedModel& trained, const std::string& name,
   return explain_report_section(xr, explain_dir, "explain-" + name);
 }
 
-// The matched control: full-1kv stopped at the first check whose held-out accuracy reaches `target`.
-// models/full-1kv-matched/matched.json records where it stopped; with it there, the checkpoint is reused.
+// Top-1 accuracy of a model on a layout's prompts (prefix padding), scored in batches of 32.
+double layout_accuracy(DecoderImpl& model, const LayoutDesign& d) {
+  torch::NoGradGuard no_grad;
+  int64_t correct = 0;
+  for (size_t i = 0; i < d.samples.size(); i += 32) {
+    std::vector<const std::vector<int>*> prompts;
+    for (size_t k = i; k < std::min(d.samples.size(), i + 32); ++k) prompts.push_back(&d.samples[k].tokens);
+    const torch::Tensor top = model_last_logprobs(model, prompts).argmax(-1);  // [B]
+    for (size_t k = 0; k < prompts.size(); ++k)
+      correct += top[int64_t(k)].item<int64_t>() == d.samples[i + k].answer;
+  }
+  return double(correct) / double(d.samples.size());
+}
+
+// The matched control: full-1kv trained again and stopped at the first check where its held-out mean (the
+// evaluation's own prompts under prefix padding: never trained on, and the quantity being matched)
+// reaches the target less 1 point. Checks run every 10 steps, every 2 once within 15 points, so the stop
+// lands within about a point of the target; nothing about the control's phases enters the choice. The
+// training task's held-out rows would not do: the evaluation's format (8 demonstrations, padding) reads
+// 10-20 points higher on the same weights, and a disjoint layout seed read 9 points apart at 576 prompts
+// (the mean's noise is the key -> name mappings'). models/full-1kv-matched/matched.json records where it
+// stopped; with it there, the checkpoint is reused.
 LoadedModel train_matched(const ReproduceOptions& opt, double target) {
   const std::string dir = (fs::path(opt.out) / "models" / kMatched).string();
   const std::string record = (fs::path(dir) / "matched.json").string();
@@ -117,18 +141,25 @@ LoadedModel train_matched(const ReproduceOptions& opt, double target) {
   if (!fs::exists(record)) {
     Preset p = reproduce_preset("full-1kv", opt);
     fmt::print(
-        "\n=== {}: full-1kv stopped where its held-out accuracy ({} rows, every {} steps) reaches "
-        "{} (the prefix mean of {}) ===\n",
-        kMatched, kMatchRows, kMatchEvery, pct(target), opt.matched_to);
+        "\n=== {}: full-1kv stopped where its held-out mean (the evaluation's prefix prompts) reaches {} "
+        "less {:.1f} point (the prefix mean of {}) ===\n",
+        kMatched, pct(target), 100 * kMatchSlack, opt.matched_to);
     std::fflush(stdout);
+    Preset sized = p;
+    sized.model.vocab_size = task_vocab(p.task).size();
+    const int64_t samples = opt.samples > 0 ? opt.samples : 48 * 24;
+    const LayoutDesign calib =
+        layout_build(eval_options_for(sized, PadProtocol::Prefix, samples, 24, 1).layout);
     double reached = std::nan("");
+    bool near = false;
     TrainOptions topt;
     topt.out_dir = dir;
     topt.fresh = opt.retrain;
     topt.stop_when = [&](DecoderImpl& model, int64_t step) {
-      if (step % kMatchEvery != 0) return false;
-      reached = heldout_accuracy(model, p, kMatchRows, p.train.seed + 7919);
-      return reached >= target;
+      if (step % (near ? kMatchNear : kMatchEvery) != 0) return false;
+      reached = layout_accuracy(model, calib);
+      near = near || reached >= target - kMatchWindow;
+      return reached >= target - kMatchSlack;
     };
     const TrainResult tr = train_run(p, topt);
     if (tr.nan_stop)
@@ -136,21 +167,26 @@ LoadedModel train_matched(const ReproduceOptions& opt, double target) {
     io_write_atomic(record, json{{"target", target},
                                  {"matched_to", opt.matched_to},
                                  {"step", tr.step},
-                                 {"heldout_accuracy", std::isfinite(reached) ? json(reached) : json(nullptr)},
+                                 {"check_accuracy", std::isfinite(reached) ? json(reached) : json(nullptr)},
                                  {"reached", tr.stopped_early},
-                                 {"check_every", kMatchEvery},
-                                 {"heldout_rows", kMatchRows}}
+                                 {"check_every", {kMatchEvery, kMatchNear}},
+                                 {"check_window", kMatchWindow},
+                                 {"check_prompts", calib.samples.size()},
+                                 {"check_layout", "the evaluation's: prefix padding, R = 24, layout seed 1"},
+                                 {"slack", kMatchSlack}}
                                     .dump(1) +
                                 "\n");
   }
   return model_load(dir);
 }
 
-// The paper's headline judged on the control and the model it was matched to, per protocol.
+// The paper's headline judged on the control and the model it was matched to: on prefix padding (the
+// paper's table; one control cannot match both protocols of a model whose means differ by 20 points),
+// with the in-sequence pair shown beside it.
 json headline(const std::vector<EvalResults>& runs, const std::string& compressed) {
   const MeanHides rule;
   json pairs = json::array();
-  int holds = 0, matched = 0;
+  std::string verdict = "inconclusive (no prefix pair)";
   for (const std::string protocol : {"prefix", "in-sequence"}) {
     const EvalResults *f = nullptr, *c = nullptr;
     for (const EvalResults& r : runs)
@@ -162,8 +198,7 @@ json headline(const std::vector<EvalResults>& runs, const std::string& compresse
     // validation loss is not compared: these models are trained on the lookup itself
     const std::string v =
         rule.judge(f->stats.mean, f->stats.worst, std::nan(""), c->stats.mean, c->stats.worst, std::nan(""));
-    matched += v != "not matched";
-    holds += v == "holds";
+    if (protocol == "prefix") verdict = v == "not matched" ? "inconclusive (means not matched)" : v;
     pairs.push_back({{"protocol", protocol},
                      {"full", kMatched},
                      {"compressed", compressed},
@@ -172,15 +207,12 @@ json headline(const std::vector<EvalResults>& runs, const std::string& compresse
                      {"gap", {c->stats.gap, f->stats.gap}},
                      {"verdict", v}});
   }
-  const std::string verdict = pairs.empty()                 ? "inconclusive"
-                              : matched < int(pairs.size()) ? "inconclusive (means not matched)"
-                              : holds == matched            ? "holds"
-                                                            : "does not hold";
-  return {{"rule", "per protocol, the control and " + compressed + ": " + rule.rule() +
-                       " (validation loss is not compared: these models are trained on the lookup itself). "
-                       "Holds if every protocol's pair is matched and shows it"},
-          {"pairs", pairs},
-          {"verdict", verdict}};
+  return {
+      {"rule", "prefix padding, the control and " + compressed + ": " + rule.rule() +
+                   " (validation loss is not compared: these models are trained on the lookup itself); the "
+                   "in-sequence pair is shown, not judged"},
+      {"pairs", pairs},
+      {"verdict", verdict}};
 }
 
 // OUT/reproduce.json: one row per model and protocol, the headline, the command and the commit.

@@ -1,6 +1,6 @@
 // reproduce.h — the main job: train (or reuse) full-1kv, w8s8-1kv, w8s4-1kv and the DeepSeek-style kernel
-// at laptop size, plus a matched control (full attention stopped where its held-out accuracy reaches the
-// DeepSeek-style kernel's prefix mean), evaluate each under both padding protocols, print them beside the
+// at laptop size, plus a matched control (full attention stopped where its accuracy in the evaluation's
+// format reaches the DeepSeek-style kernel's prefix mean), evaluate each under both padding protocols, print them beside the
 // paper's published numbers, judge the paper's headline (similar mean, far lower worst phase) by code,
 // and write one combined report and OUT/reproduce.json. Every stage is resumable: a finished checkpoint
 // is reused (a partial one resumes), a finished journal is only re-read.
@@ -20,8 +20,8 @@ struct ReproduceOptions {
   bool retrain = false;  // train from scratch even where a checkpoint exists
   std::vector<std::string> models = {"full-1kv", "w8s8-1kv", "w8s4-1kv", "deepseek-style"};
   // The matched control: full-1kv trained again into models/full-1kv-matched and stopped at the first
-  // check (every 10 steps, 256 held-out rows) whose held-out accuracy reaches this model's prefix mean.
-  // "" (or a model not in `models`): no control.
+  // check whose held-out mean (the evaluation's prefix prompts) reaches this model's prefix mean less 1
+  // point. "" (or a model not in `models`): no control.
   std::string matched_to = "deepseek-style";
   int64_t samples = 0;  // prompts per model and protocol (0 = the mode's default)
   int steps = 0;        // training steps per model (0 = the mode's default)
