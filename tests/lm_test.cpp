@@ -40,7 +40,11 @@ const char* kNames[] = {"Alice",  "Bob",   "Carol", "David",  "Emma",   "Frank",
 // A tiny corpus, built once per test process: 40 documents of sentences over the animals and names.
 const std::string& tiny_corpus() {
   static const std::string dir = [] {
-    const std::string src = testutil::tmp_dir("lm_corpus_src"), out = testutil::tmp_dir("lm_corpus");
+    // the corpus splits documents by a hash of their paths, so the sources sit at a fixed path (every
+    // process writes the same bytes there) and the corpus is the same in every run
+    const std::string src = (fs::temp_directory_path() / "phasescope-lm-test-corpus-sources").string();
+    const std::string out = testutil::tmp_dir("lm_corpus");
+    io_make_dirs(src);
     std::mt19937 rng(11);
     for (int d = 0; d < 40; ++d) {
       std::string s;
@@ -97,14 +101,14 @@ TEST(LanguageModel, CorpusRowsArePackedNextTokenRows) {
   TaskConfig t = tiny_lm("lm-w8s8-1kv").task;
   std::mt19937_64 rng(3);
   int boundaries = 0;
-  for (int i = 0; i < 20; ++i) {
+  for (int i = 0; i < 200; ++i) {
     const Example e = corpus_example(t, c.train, rng);
     ASSERT_EQ(e.tokens.size(), 64u);
     ASSERT_EQ(e.targets.size(), 64u);
     for (size_t k = 0; k + 1 < 64; ++k) EXPECT_EQ(e.targets[k], e.tokens[k + 1]);  // loss on every position
     for (int tok : e.tokens) boundaries += tok == c.boundary_id;
   }
-  EXPECT_GT(boundaries, 0);  // documents are shorter than 20 rows: boundaries show up inside rows
+  EXPECT_GT(boundaries, 0);  // documents of ~500 tokens: boundaries show up inside 64-token rows
   // the stream's vocabulary is the corpus's, with its words as lookup keys and names
   const Vocab v = task_vocab(t);
   EXPECT_TRUE(v.lm);

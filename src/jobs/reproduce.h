@@ -1,10 +1,10 @@
 // reproduce.h — the main job: train (or reuse) full-1kv, w8s8-1kv, w8s4-1kv and the DeepSeek-style kernel
 // at laptop size, plus a matched control (full attention stopped where its accuracy in the evaluation's
-// format reaches the DeepSeek-style kernel's prefix mean), evaluate each under both padding protocols, print them beside the
-// paper's published numbers, judge the paper's headline (similar mean, far lower worst phase) by code,
-// and write one combined report and OUT/reproduce.json. Every stage is resumable: a finished checkpoint
-// is reused (a partial one resumes), a finished journal is only re-read.
-// Not here: the training loop (train/), the evaluation (eval/); this file only sequences them.
+// format reaches the DeepSeek-style kernel's prefix mean), evaluate each under both padding protocols, print
+// them beside the paper's published numbers, judge the paper's headline (similar mean, far lower worst phase)
+// by code, and write one combined report and OUT/reproduce.json. Every stage is resumable: a finished
+// checkpoint is reused (a partial one resumes), a finished journal is only re-read. Not here: the training
+// loop (train/), the evaluation (eval/); this file only sequences them.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

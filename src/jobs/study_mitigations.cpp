@@ -112,33 +112,10 @@ std::string base_of(const std::string& preset, const std::vector<std::string>& p
   return base;
 }
 
-}  // namespace
-
-json study_mitigations(const std::vector<StudyRow>& rows, const std::string& reference) {
-  std::vector<Cell> cells;
-  for (const StudyRow& r : rows)
-    for (const std::string& protocol : kProtocols)
-      if (const StudyProtocol* p = r.protocol(protocol)) cells.push_back({&r, protocol, p});
-  json out;
-  out["reference"] = reference;
-  out["kv_context"] = kStudyKvContext;
-  out["kv_bytes_per_value"] = kStudyKvBytes;
-  json flat = json::array();
-  for (const Cell& c : cells) flat.push_back(cell_json(c));
-  out["rows"] = flat;
-
-  // variants and presets in row order
-  std::vector<const StudyRow*> firsts;  // the first row of each variant
-  std::vector<std::string> preset_names;
-  for (const StudyRow& r : rows) {
-    if (std::none_of(firsts.begin(), firsts.end(),
-                     [&](const StudyRow* q) { return q->preset == r.preset && q->tag == r.tag; }))
-      firsts.push_back(&r);
-    if (std::find(preset_names.begin(), preset_names.end(), r.preset) == preset_names.end())
-      preset_names.push_back(r.preset);
-  }
-
-  // per variant (preset and tag) and protocol over seeds
+// Per variant (preset and tag) and protocol over seeds: each figure's mean and range ("presets"), and per
+// variant its KV bytes per token with worst and mean averaged over seeds and protocols ("frontier").
+void add_variant_summaries(const std::vector<const StudyRow*>& firsts, const std::vector<Cell>& cells,
+                           json* out) {
   json presets = json::array(), frontier = json::array();
   for (const StudyRow* first : firsts) {
     const std::string variant = study_variant(first->preset, first->tag);
@@ -178,8 +155,95 @@ json study_mitigations(const std::vector<StudyRow>& rows, const std::string& ref
                           {"worst", num(avg(worst_all))},
                           {"mean", num(avg(mean_all))}});
   }
-  out["presets"] = presets;
-  out["frontier"] = frontier;
+  (*out)["presets"] = presets;
+  (*out)["frontier"] = frontier;
+}
+
+// One candidate variant judged seed by seed against `base` (of the same tag), per protocol; reference
+// cells below the learned bar are not paired and are added to `unpaired`.
+void add_goal_rows(const StudyRow& first, const std::string& base, const std::vector<Cell>& cells, json* goal,
+                   std::vector<std::string>* unpaired) {
+  const std::string variant = study_variant(first.preset, first.tag);
+  for (const std::string& protocol : kProtocols) {
+    json seeds = json::array();
+    int pass = 0, paired = 0;
+    bool equal_memory = true;
+    for (const Cell& c : cells) {
+      if (c.variant() != variant || c.protocol != protocol) continue;
+      const Cell* ref = nullptr;
+      for (const Cell& q : cells)
+        if (q.row->preset == base && q.protocol == protocol && q.row->seed == c.row->seed &&
+            q.row->tag == first.tag)
+          ref = &q;
+      if (!ref) continue;
+      if (ref->p->mean < kStudyLearned) {
+        const std::string id = ref->row->id + " (" + protocol + ")";
+        if (std::find(unpaired->begin(), unpaired->end(), id) == unpaired->end()) unpaired->push_back(id);
+        continue;
+      }
+      ++paired;
+      const double kv_ratio = c.row->kv_bytes_per_token / ref->row->kv_bytes_per_token;
+      equal_memory = equal_memory && std::abs(kv_ratio - 1) <= 0.005;
+      const bool worst_ok = c.p->worst >= 2 * ref->p->worst;
+      const bool gap_ok = c.p->gap <= ref->p->gap / 2;
+      const bool mean_ok = c.p->mean >= ref->p->mean_ci.lo;
+      pass += worst_ok && gap_ok && mean_ok;
+      seeds.push_back({{"seed", c.row->seed},
+                       {"worst", num(c.p->worst)},
+                       {"reference_worst", num(ref->p->worst)},
+                       {"gap", num(c.p->gap)},
+                       {"reference_gap", num(ref->p->gap)},
+                       {"mean", num(c.p->mean)},
+                       {"reference_mean", num(ref->p->mean)},
+                       {"reference_mean_lo", num(ref->p->mean_ci.lo)},
+                       {"kv_ratio", kv_ratio},
+                       {"worst_doubled", worst_ok},
+                       {"gap_halved", gap_ok},
+                       {"mean_kept", mean_ok}});
+    }
+    const std::string verdict = paired < 3       ? "inconclusive (fewer than 3 paired seeds)"
+                                : !equal_memory  ? "not at equal memory"
+                                : pass == paired ? "meets"
+                                                 : "does not meet";
+    goal->push_back({{"preset", first.preset},
+                     {"tag", first.tag},
+                     {"variant", variant},
+                     {"reference", study_variant(base, first.tag)},
+                     {"protocol", protocol},
+                     {"paired_seeds", paired},
+                     {"seeds_passing", pass},
+                     {"verdict", verdict},
+                     {"per_seed", seeds}});
+  }
+}
+
+}  // namespace
+
+json study_mitigations(const std::vector<StudyRow>& rows, const std::string& reference) {
+  std::vector<Cell> cells;
+  for (const StudyRow& r : rows)
+    for (const std::string& protocol : kProtocols)
+      if (const StudyProtocol* p = r.protocol(protocol)) cells.push_back({&r, protocol, p});
+  json out;
+  out["reference"] = reference;
+  out["kv_context"] = kStudyKvContext;
+  out["kv_bytes_per_value"] = kStudyKvBytes;
+  json flat = json::array();
+  for (const Cell& c : cells) flat.push_back(cell_json(c));
+  out["rows"] = flat;
+
+  // variants and presets in row order
+  std::vector<const StudyRow*> firsts;  // the first row of each variant
+  std::vector<std::string> preset_names;
+  for (const StudyRow& r : rows) {
+    if (std::none_of(firsts.begin(), firsts.end(),
+                     [&](const StudyRow* q) { return q->preset == r.preset && q->tag == r.tag; }))
+      firsts.push_back(&r);
+    if (std::find(preset_names.begin(), preset_names.end(), r.preset) == preset_names.end())
+      preset_names.push_back(r.preset);
+  }
+
+  add_variant_summaries(firsts, cells, &out);
 
   // the target, per candidate and protocol, seed by seed against the reference of that seed
   const std::string rule =
@@ -209,57 +273,7 @@ json study_mitigations(const std::vector<StudyRow>& rows, const std::string& ref
         candidate = true;
     }
     if (!candidate) continue;
-    for (const std::string& protocol : kProtocols) {
-      json seeds = json::array();
-      int pass = 0, paired = 0;
-      bool equal_memory = true;
-      for (const Cell& c : cells) {
-        if (c.variant() != variant || c.protocol != protocol) continue;
-        const Cell* ref = nullptr;
-        for (const Cell& q : cells)
-          if (q.row->preset == base && q.protocol == protocol && q.row->seed == c.row->seed &&
-              q.row->tag == first->tag)
-            ref = &q;
-        if (!ref) continue;
-        if (ref->p->mean < kStudyLearned) {
-          const std::string id = ref->row->id + " (" + protocol + ")";
-          if (std::find(unpaired.begin(), unpaired.end(), id) == unpaired.end()) unpaired.push_back(id);
-          continue;
-        }
-        ++paired;
-        const double kv_ratio = c.row->kv_bytes_per_token / ref->row->kv_bytes_per_token;
-        equal_memory = equal_memory && std::abs(kv_ratio - 1) <= 0.005;
-        const bool worst_ok = c.p->worst >= 2 * ref->p->worst;
-        const bool gap_ok = c.p->gap <= ref->p->gap / 2;
-        const bool mean_ok = c.p->mean >= ref->p->mean_ci.lo;
-        pass += worst_ok && gap_ok && mean_ok;
-        seeds.push_back({{"seed", c.row->seed},
-                         {"worst", num(c.p->worst)},
-                         {"reference_worst", num(ref->p->worst)},
-                         {"gap", num(c.p->gap)},
-                         {"reference_gap", num(ref->p->gap)},
-                         {"mean", num(c.p->mean)},
-                         {"reference_mean", num(ref->p->mean)},
-                         {"reference_mean_lo", num(ref->p->mean_ci.lo)},
-                         {"kv_ratio", kv_ratio},
-                         {"worst_doubled", worst_ok},
-                         {"gap_halved", gap_ok},
-                         {"mean_kept", mean_ok}});
-      }
-      const std::string verdict = paired < 3       ? "inconclusive (fewer than 3 paired seeds)"
-                                  : !equal_memory  ? "not at equal memory"
-                                  : pass == paired ? "meets"
-                                                   : "does not meet";
-      goal.push_back({{"preset", first->preset},
-                      {"tag", first->tag},
-                      {"variant", variant},
-                      {"reference", study_variant(base, first->tag)},
-                      {"protocol", protocol},
-                      {"paired_seeds", paired},
-                      {"seeds_passing", pass},
-                      {"verdict", verdict},
-                      {"per_seed", seeds}});
-    }
+    add_goal_rows(*first, base, cells, &goal, &unpaired);
   }
   out["goal_rule"] = rule;
   out["goal"] = goal;

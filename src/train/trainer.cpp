@@ -488,7 +488,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       res.eval_acc = heldout_accuracy(*model, preset, tc.eval_examples, tc.seed + 7919);
       model->train();
       log(fmt::format("step {:>6}/{} held-out {} accuracy {:.3f} ({} examples)", step, tc.steps,
-                      preset.task.task != "corpus"       ? preset.task.task
+                      preset.task.task != "corpus"   ? preset.task.task
                       : preset.task.lookup_ratio > 0 ? "lookup (in context, rows mixed into training)"
                                                      : "lookup (in context, never trained on)",
                       res.eval_acc, tc.eval_examples));
