@@ -238,6 +238,7 @@ TEST(StudyFindings, RulesOnSyntheticRows) {
                 {"best", 0.1 + gap},
                 {"gap", gap},
                 {"gap_ci", {gap_lo, gap + 0.1}},
+                {"gap_ci_method", "simultaneous"},
                 {"gap_null_q95", q95},
                 {"period", period},
                 {"p_value", 1e-9},

@@ -17,10 +17,10 @@ namespace phasescope {
 
 Vocab corpus_vocab(const std::string& corpus_dir) {
   static std::mutex mu;
-  static std::map<std::string, Vocab> cache;
+  static std::map<std::string, Vocab> cache;  // by manifest hash: a corpus rebuilt in place is read again
   std::lock_guard<std::mutex> lock(mu);
-  if (const auto it = cache.find(corpus_dir); it != cache.end()) return it->second;
   const Corpus c = corpus_open(corpus_dir, CorpusVerify::kSizes);
+  if (const auto it = cache.find(c.manifest_hash); it != cache.end()) return it->second;
   VocabIds ids;
   ids.bos = c.boundary_id;
   ids.size = c.vocab_size;
@@ -37,7 +37,7 @@ Vocab corpus_vocab(const std::string& corpus_dir) {
   if (ids.fillers.empty() || ids.keys.size() < 2 || ids.names.size() < 2)
     fail(corpus_dir + "/manifest.json", "has too few lookup words or no single-token filler",
          "rebuild the corpus with `phasescope corpus build --out " + corpus_dir + "`");
-  return cache[corpus_dir] = vocab_of_ids(ids);
+  return cache[c.manifest_hash] = vocab_of_ids(ids);
 }
 
 Vocab task_vocab(const TaskConfig& cfg) {

@@ -33,7 +33,7 @@ Vocab task_vocab(const TaskConfig& cfg);
 
 // A language model's lookup vocabulary from its corpus folder: the manifest's single-token keys and names,
 // the boundary token as BOS, and as fillers the whitespace and punctuation strings that are one token of
-// its tokenizer (newline, space, comma, period, ...). Read once per folder and process.
+// its tokenizer (newline, space, comma, period, ...). The tokenizer is read once per corpus (manifest hash).
 Vocab corpus_vocab(const std::string& corpus_dir);
 
 class TaskStream {

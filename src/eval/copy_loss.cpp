@@ -38,7 +38,7 @@ double spread(const std::vector<double>& v) {
 
 CopyLossResult copy_loss_by_phase(DecoderImpl& model, const CorpusTokens& text, int bos,
                                   const CopyLossOptions& o) {
-  PS_ASSERT(o.R > 0 && o.S > 0 && o.R % o.S == 0 && o.span > 0 && o.gap >= 0 && o.spans > 0,
+  PS_ASSERT(o.R > 0 && o.S > 0 && o.R % o.S == 0 && o.span >= 2 && o.gap >= 0 && o.spans > 0,
             "copy_loss_by_phase: bad options");
   const size_t need = size_t(o.R + o.span + o.gap);  // prefix (up to R - 1), span, gap
   if (text.size < need + 1)

@@ -133,11 +133,17 @@ double layout_accuracy(DecoderImpl& model, const LayoutDesign& d) {
 // training task's held-out rows would not do: the evaluation's format (8 demonstrations, padding) reads
 // 10-20 points higher on the same weights, and a disjoint layout seed read 9 points apart at 576 prompts
 // (the mean's noise is the key -> name mappings'). models/full-1kv-matched/matched.json records where it
-// stopped; with it there, the checkpoint is reused.
+// stopped; with it there and the same target, the checkpoint is reused (without it, or for another target,
+// the control is trained again from scratch).
 LoadedModel train_matched(const ReproduceOptions& opt, double target) {
   const std::string dir = (fs::path(opt.out) / "models" / kMatched).string();
   const std::string record = (fs::path(dir) / "matched.json").string();
-  if (opt.retrain) fs::remove(record);
+  // a control stopped for another target (another model, prompt count or steps) is not this run's
+  if (fs::exists(record)) {
+    const json r = json_parse_or_fail(io_read_text(record, ""), record, "delete " + dir);
+    if (opt.retrain || r.value("target", -1.0) != target || r.value("matched_to", "") != opt.matched_to)
+      fs::remove(record);
+  }
   if (!fs::exists(record)) {
     Preset p = reproduce_preset("full-1kv", opt);
     fmt::print(
@@ -154,7 +160,7 @@ LoadedModel train_matched(const ReproduceOptions& opt, double target) {
     bool near = false;
     TrainOptions topt;
     topt.out_dir = dir;
-    topt.fresh = opt.retrain;
+    topt.fresh = true;  // without its record a checkpoint here may be past the stop: train from scratch
     topt.stop_when = [&](DecoderImpl& model, int64_t step) {
       if (step % (near ? kMatchNear : kMatchEvery) != 0) return false;
       reached = layout_accuracy(model, calib);

@@ -109,9 +109,9 @@ json finding_b(const std::map<uint64_t, const StudyRow*>& ref) {
   return finding(
       "b", "W8/S8 · 1 KV has a large gap and its boundary phase (7) is the weakest in every seed",
       "per reference seed (prefix): large = gap >= 30 pts and its simultaneous lower 95% bound above 0 "
-      "(some residue beats another beyond noise); boundary = the weakest folded phase is S - 1. Holds if "
-      "both in "
-      "every seed (>= 2 seeds), does not hold if either is true in fewer than half of the seeds",
+      "(some residue beats another beyond noise); boundary = the weakest folded phase is S - 1. "
+      "Inconclusive with fewer than 2 learned seeds; else holds if both in every seed, does not hold if "
+      "either is true in fewer than half of the seeds",
       verdict, figs);
 }
 
@@ -239,10 +239,10 @@ json finding_e(const std::vector<StudyRow>& rows) {
                                                                          : "inconclusive";
   return finding(
       "e", "knockout losses concentrate on a few phases per layer or KV head under compression",
-      "a knockout (layer, or KV head) matters if it costs >= 20% of clean accuracy on average over "
-      "phases; it is concentrated if some phase loses >= 50% while another loses <= 20%. Holds if "
-      "at least half of the compressed runs have a concentrated knockout, does not hold if none "
-      "has, else inconclusive",
+      "over the learned runs with explain results: a knockout (layer, or KV head) matters if it costs >= "
+      "20% of clean accuracy on average over phases; a knockout that matters is concentrated if some "
+      "phase loses >= 50% while another loses <= 20%. Holds if at least half of the compressed runs have "
+      "a concentrated knockout, does not hold if none has, else inconclusive",
       verdict, figs);
 }
 
@@ -275,7 +275,8 @@ json finding_f(const std::vector<StudyRow>& rows) {
                                                           : "inconclusive";
   return finding(
       "f", "cycling the gates moves the within-window weak spots (R^2 >= 0.6) but not the boundary phase",
-      "over W = S runs, every chunked layer cycled by delta in {+-1, +-2, +-3}: the median over runs of each "
+      "over the learned runs with cycling results (explain cycles, together, every chunked layer with W = S "
+      "and learned gates) by delta in {+-1, +-2, +-3}: the median over runs of each "
       "run's median R^2 of A_delta(r) against A_0((r - delta) mod S) without the boundary phase, and the "
       "share of cycled conditions whose weakest phase is S - 1. Holds if R^2 >= 0.6 and share >= 80%, does "
       "not hold if R^2 < 0.3 or share < 50%",
@@ -288,7 +289,7 @@ json finding_g(const std::vector<StudyRow>& rows) {
   for (const StudyRow& r : rows) {
     if ((!is_ref(r, "no-rope") && !is_ref(r, "uniform")) || !study_learned(r)) continue;
     const StudyProtocol& p = *r.protocol(kPrefix);
-    const bool ok = gap_beyond_noise(p) && p.period == r.S;
+    const bool ok = gap_beyond_noise(p) && p.period == r.design_period();
     ++n;
     persists += ok;
     figs.push_back({{"run", r.id},
@@ -305,7 +306,8 @@ json finding_g(const std::vector<StudyRow>& rows) {
   return finding(
       "g", "the periodic weak spot persists without RoPE and with uniform averaging",
       "no-rope and uniform runs (prefix): persists if the gap's simultaneous lower 95% bound is above 0 "
-      "(some residue beats another beyond noise) and the detected period is S. Holds if every run persists, "
+      "(some residue beats another beyond noise) and the detected period is S (the lcm of its layers' "
+      "strides). Holds if every run persists, "
       "does "
       "not hold if none does",
       verdict, figs);

@@ -93,7 +93,9 @@ StudyProtocol protocol_from_json(const json& p, const RowReader& rd) {
         n.push_back(std::isfinite(acc) ? s.n / s.R : 0);
         correct.push_back(std::isfinite(acc) ? std::llround(acc * double(s.n / s.R)) : 0);
       }
-    s.gap_ci = n.empty() ? s.gap_ci_percentile : gap_simultaneous_interval(correct, n);
+    // a row whose counts cannot be recovered has no simultaneous interval (never the percentile one
+    // under the simultaneous mark)
+    s.gap_ci = n.empty() ? Interval{kNaN, kNaN} : gap_simultaneous_interval(correct, n);
   }
   s.weakest_phase = int(rd.i(p, "weakest_phase", -1));
   return s;

@@ -516,8 +516,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv, warm_start);
       res.step = step;
     }
-    if (stop_early && !last) {
-      res.stopped_early = true;
+    if (stop_early) {
+      res.stopped_early = true;  // met on the last step too: the run then ends there anyway
       res.message = fmt::format("stopped at step {} of {} (stop condition met): checkpoint saved ({})", step,
                                 tc.steps, ckpt);
       log(res.message);
