@@ -19,13 +19,9 @@ const std::string kPrefix = "prefix";
 
 bool is_ref(const StudyRow& r, const std::string& preset) { return study_is_design(r, preset); }
 
-json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-json interval(const Interval& i) { return json::array({num(i.lo), num(i.hi)}); }
-json nums(const std::vector<double>& v) {
-  json a = json::array();
-  for (double x : v) a.push_back(num(x));
-  return a;
-}
+json num(double x) { return study_json_number(x); }
+json interval(const Interval& i) { return study_json_interval(i); }
+json nums(const std::vector<double>& v) { return study_json_numbers(v); }
 
 // beyond sampling noise: the gap's simultaneous lower 95% bound is above 0 (some residue's accuracy is
 // above another's beyond the noise of either)

@@ -20,8 +20,8 @@ namespace {
 
 const std::vector<std::string> kProtocols = {"prefix", "in-sequence"};
 
-json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-json interval(const Interval& i) { return json::array({num(i.lo), num(i.hi)}); }
+json num(double x) { return study_json_number(x); }
+json interval(const Interval& i) { return study_json_interval(i); }
 
 // One run under one protocol: the unit every table below is made of.
 struct Cell {

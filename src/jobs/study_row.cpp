@@ -21,14 +21,9 @@ namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// NaN is written as null (JSON has no NaN) and read back as NaN; absent fields take the default.
-json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-json nums(const std::vector<double>& v) {
-  json a = json::array();
-  for (double x : v) a.push_back(num(x));
-  return a;
-}
-json interval(const Interval& i) { return json::array({num(i.lo), num(i.hi)}); }
+json num(double x) { return study_json_number(x); }
+json nums(const std::vector<double>& v) { return study_json_numbers(v); }
+json interval(const Interval& i) { return study_json_interval(i); }
 
 // Typed reads of one row's fields (core/json_fields.h's json_get_or for scalars; lists of numbers may
 // hold null for NaN): `where` names the file.
@@ -155,6 +150,18 @@ json explain_to_json(const StudyExplain& e) {
 }
 
 }  // namespace
+
+json study_json_number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+json study_json_numbers(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v) a.push_back(study_json_number(x));
+  return a;
+}
+
+json study_json_interval(const Interval& i) {
+  return json::array({study_json_number(i.lo), study_json_number(i.hi)});
+}
 
 bool study_is_design(const StudyRow& row, const std::string& base) {
   return row.tag.empty() && (row.preset == base || row.preset == "lm-" + base);

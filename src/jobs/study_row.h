@@ -125,6 +125,11 @@ nlohmann::json study_row_to_json(const StudyRow& row);
 // The protocol's figures as study.json's "runs" entries carry them (no per-phase lists).
 nlohmann::json study_protocol_summary_json(const StudyProtocol& p);
 
+// JSON of measured numbers as every study file writes them: NaN (not measured) as null.
+nlohmann::json study_json_number(double x);
+nlohmann::json study_json_numbers(const std::vector<double>& v);
+nlohmann::json study_json_interval(const Interval& i);
+
 // OUT/runs/<id>/row.json; null when the run has not finished.
 std::string study_row_path(const std::string& out, const std::string& id);
 std::optional<StudyRow> study_row_read(const std::string& path);
