@@ -222,6 +222,29 @@ Example corpus_example(const TaskConfig& cfg, const CorpusTokens& split, std::mt
   return out;
 }
 
+Example corpus_repeat_example(const TaskConfig& cfg, const CorpusTokens& split, std::mt19937_64& rng) {
+  // A natural-text row in which one span of the row's own text occurs a second time later on:
+  // window w of n + 1 consecutive training tokens; span w[a, a + L) is inserted again at position b
+  // (a + L <= b), the rest of the window follows it, truncated to n + 1 tokens. Shapes: tokens [n],
+  // targets [n] = tokens shifted by one; loss on every token, so the second copy is the induction signal.
+  const size_t n = size_t(cfg.seq_len);
+  Example window = corpus_example(cfg, split, rng);
+  std::vector<int> w = window.tokens;
+  w.push_back(window.targets.back());  // n + 1 tokens
+  const size_t max_len = std::min<size_t>(64, n / 4);
+  PS_ASSERT(max_len >= 8, "corpus_repeat_example: seq_len too short for a repeated span");
+  const size_t L = std::uniform_int_distribution<size_t>(8, max_len)(rng);
+  const size_t a = std::uniform_int_distribution<size_t>(0, n - 2 * L)(rng);
+  const size_t b = std::uniform_int_distribution<size_t>(a + L, n - L)(rng);
+  std::vector<int> row(w.begin(), w.begin() + std::ptrdiff_t(b));
+  row.insert(row.end(), w.begin() + std::ptrdiff_t(a), w.begin() + std::ptrdiff_t(a + L));
+  row.insert(row.end(), w.begin() + std::ptrdiff_t(b), w.begin() + std::ptrdiff_t(n + 1 - L));
+  Example out;
+  out.tokens.assign(row.begin(), row.end() - 1);
+  out.targets.assign(row.begin() + 1, row.end());
+  return out;
+}
+
 TaskStream::TaskStream(const TaskConfig& cfg, uint64_t seed)
     : cfg_(cfg), vocab_(task_vocab(cfg)), rng_(seed) {
   if (cfg_.task == "corpus") corpus_ = corpus_open(cfg_.corpus, CorpusVerify::kSizes);
@@ -242,6 +265,9 @@ Example TaskStream::next(int64_t step) {
   if (c.task == "corpus") {
     if (c.lookup_ratio > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < c.lookup_ratio)
       return lookup_train_example(c, vocab_, c.n_records, rng_);
+    if (c.repeat_ratio > 0 && (c.repeat_steps <= 0 || step < c.repeat_steps) &&
+        std::uniform_real_distribution<double>(0, 1)(rng_) < c.repeat_ratio)
+      return corpus_repeat_example(c, corpus_.train, rng_);
     return corpus_example(c, corpus_.train, rng_);
   }
   if (c.task == "mix" && std::uniform_real_distribution<double>(0, 1)(rng_) < c.text_ratio)

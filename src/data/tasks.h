@@ -1,11 +1,11 @@
 // tasks.h — seeded training/evaluation streams for the decoder: lookup (the paper's key -> name
 // task, loss on every demonstration name and on the answer), mqar (multi-query associative recall,
 // loss on every queried value), text (byte-level next-token prediction on a user's UTF-8 file) and
-// mix (lookup rows and text rows at a ratio); lookup and mqar can mix in repeated-segment rows
-// (task.repeat_ratio), a dense induction signal. Every example has exactly seq_len tokens and records
-// the absolute position of every key and of every scored query, so evaluation can bucket by phase
-// without re-deriving anything. Torch-free; the stream's state is a string (checkpointed).
-// Not here: the padding protocols of the phase evaluation (eval/layout.h).
+// mix (lookup rows and text rows at a ratio), corpus (packed BPE text); lookup, mqar and corpus can mix
+// in repeated-segment rows (task.repeat_ratio), a dense induction signal. Every example has exactly seq_len
+// tokens and records the absolute position of every key and of every scored query, so evaluation can bucket
+// by phase without re-deriving anything. Torch-free; the stream's state is a string (checkpointed). Not here:
+// the padding protocols of the phase evaluation (eval/layout.h).
 #pragma once
 #include <cstdint>
 #include <random>
@@ -67,6 +67,10 @@ Example text_example(const TaskConfig& cfg, const Vocab& v, const std::vector<ui
 // seq_len consecutive tokens of a corpus split at a random offset, each predicting the next (packed rows:
 // documents run into each other, the boundary token between them; loss on every position).
 Example corpus_example(const TaskConfig& cfg, const CorpusTokens& split, std::mt19937_64& rng);
+// A corpus row whose own span of L tokens (L uniform in [8, min(64, seq_len / 4)]) is inserted again
+// later in the row, the window's text continuing after it; loss on every position. The corpus task's
+// repeated-segment rows (task.repeat_ratio): in-context copying of natural text, never the lookup.
+Example corpus_repeat_example(const TaskConfig& cfg, const CorpusTokens& split, std::mt19937_64& rng);
 
 // Records in use at a step under the curriculum (min_records -> n_records over curriculum_steps).
 int curriculum_records(const TaskConfig& cfg, int64_t step);

@@ -49,6 +49,19 @@ std::vector<int> preset_strides(const Preset& p) {
 }
 
 // The row's description of the trained model: what it is, what its KV cache costs, its held-out loss.
+// What a language model's training departs from pure pretraining by; "" = a pure language model.
+std::string corpus_deviation(const TaskConfig& t) {
+  std::vector<std::string> parts;
+  if (t.lookup_ratio > 0)
+    parts.push_back(
+        fmt::format("{:.1f}% of training rows are lookup rows (task.lookup_ratio)", 100 * t.lookup_ratio));
+  if (t.repeat_ratio > 0)
+    parts.push_back(fmt::format(
+        "{:.1f}% of training rows repeat a span of their own text (task.repeat_ratio){}",
+        100 * t.repeat_ratio, t.repeat_steps > 0 ? fmt::format(", before step {}", t.repeat_steps) : ""));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 StudyRow row_of_model(const StudyRun& run, const LoadedModel& trained, bool toy) {
   StudyRow row;
   row.id = run.id();
@@ -137,9 +150,7 @@ StudyRow study_one(const StudyRun& run, const StudyGrid& grid, const StudyOption
                                   cl.worst_phase,
                                   cl.gap_ci_percentile,
                                   cl.tokens_per_residue};
-    if (trained.preset.task.lookup_ratio > 0)
-      row.deviation = fmt::format("{:.1f}% of training rows are lookup rows (task.lookup_ratio)",
-                                  100 * trained.preset.task.lookup_ratio);
+    row.deviation = corpus_deviation(trained.preset.task);
   }
   return row;
 }

@@ -54,7 +54,8 @@ struct TaskConfig {
   double repeat_ratio =
       0.0;  // lookup/mqar/mix (not text): fraction of the task rows that are repeated segments (a random
             // run of distinct key/name tokens, filler, the same run again; loss on every
-            // token of the second copy): a dense induction signal; 0 = off
+            // token of the second copy): a dense induction signal; 0 = off. corpus: fraction of rows
+            // in which a span of the row's own text occurs again later (a declared deviation)
   int repeat_steps = 0;       // repeated-segment rows only before this step; 0 = at every step
   std::string corpus;         // corpus: a corpus folder (data/corpus.h): packed rows of its BPE tokens, the
                               // document-boundary token between documents, next-token loss on every token

@@ -49,8 +49,10 @@ void add_override_options(CLI::App* cmd, Overrides& o) {
   cmd->add_option("--lr", o.lr, "peak learning rate");
   cmd->add_option("--warmup", o.warmup, "warmup steps");
   cmd->add_option("--curriculum", o.curriculum, "steps over which lookup records grow from min_records");
-  cmd->add_option("--repeat-ratio", o.repeat_ratio,
-                  "lookup/mqar: fraction of rows that are repeated segments (induction warm-up)");
+  cmd->add_option(
+      "--repeat-ratio", o.repeat_ratio,
+      "lookup/mqar: fraction of rows that are repeated segments (induction warm-up); corpus: rows "
+      "that repeat a span of their own text (a declared deviation)");
   cmd->add_option("--repeat-steps", o.repeat_steps,
                   "repeated-segment rows only before this step (0 = always)");
   cmd->add_option("--eval-every", o.eval_every, "held-out evaluation period in steps (0 = off)");
