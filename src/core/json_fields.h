@@ -154,6 +154,11 @@ inline double json_number_or_nan(const nlohmann::json& v, const std::string& whe
   return v.is_null() ? std::nan("") : json_as<double>(v, where, fix);
 }
 
+// The writer's side of json_number_or_nan: a value that is not finite is written null.
+inline nlohmann::json json_number_or_null(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+
 // obj has `key` with a value other than null.
 inline bool json_present(const nlohmann::json& obj, const std::string& key) {
   return obj.is_object() && obj.contains(key) && !obj.at(key).is_null();

@@ -18,7 +18,7 @@ namespace phasescope {
 
 namespace {
 
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json num(double v) { return json_number_or_null(v); }
 
 nlohmann::json interval_json(const Interval& i) { return nlohmann::json::array({num(i.lo), num(i.hi)}); }
 
@@ -160,7 +160,9 @@ nlohmann::json results_to_json(const EvalResults& r) {
                  {"pos_mean_range", num(s.pos_mean_range)},
                  {"pos_sd_range", num(s.pos_sd_range)},
                  {"tol_mean", m.tol_mean},
-                 {"tol_sd", m.tol_sd}};
+                 {"tol_sd", m.tol_sd},
+                 {"align", m.align},
+                 {"added_mean", m.added_mean}};
   j["journal"] = m.journal;
   j["wall_s"] = m.wall_s;
   return j;
@@ -240,6 +242,9 @@ EvalResults results_from_json(const nlohmann::json& j, const std::string& where)
   s.pos_sd_range = rd.d(lay, "pos_sd_range");
   m.tol_mean = rd.d(lay, "tol_mean");
   m.tol_sd = rd.d(lay, "tol_sd");
+  m.align = json_get_or<std::string>(lay, "align", "", where, "written by `phasescope eval --align-card`");
+  m.added_mean =
+      json_get_or<double>(lay, "added_mean", 0.0, where, "written by `phasescope eval --align-card`");
   m.journal = rd.s(j, "journal");
   m.wall_s = rd.d(j, "wall_s");
   return r;

@@ -27,7 +27,9 @@ struct EvalMeta {
   int64_t prompt_len = 0, query_pos = 0;
   double tol_mean = 0, tol_sd = 0;        // the layout's tolerances (tokens)
   std::string journal = "journal.jsonl";  // relative to the folder of results.json
-  double wall_s = 0;  // scoring time of the run that wrote the file (0 when all was resumed)
+  double wall_s = 0;      // scoring time of the run that wrote the file (0 when all was resumed)
+  std::string align;      // "" = not aligned; else the alignment's tag (align/align_layout.h)
+  double added_mean = 0;  // aligned: mean tokens inserted per prompt (taken back out of the filler)
 };
 
 struct EvalResults {

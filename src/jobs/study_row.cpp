@@ -151,7 +151,7 @@ json explain_to_json(const StudyExplain& e) {
 
 }  // namespace
 
-json study_json_number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+json study_json_number(double x) { return json_number_or_null(x); }
 
 json study_json_numbers(const std::vector<double>& v) {
   json a = json::array();
