@@ -299,9 +299,10 @@ std::string layout_fingerprint(const LayoutSpec& s) {
   return fmt::format(
       "lookup records={} demos={} vocab={}/{}/{}/{} R={} n_base={} pad={} base_gaps={} offset={} protocol={} "
       "balance={} "
-      "seed={}",
+      "seed={}{}",
       s.task.n_records, s.task.n_demos, v.n_fillers, v.n_keys, v.n_names, v.bytes ? "bytes" : "nobytes", s.R,
-      s.n_base, s.pad, s.base_gaps, s.offset, pad_protocol_name(s.protocol), s.balance ? 1 : 0, s.seed);
+      s.n_base, s.pad, s.base_gaps, s.offset, pad_protocol_name(s.protocol), s.balance ? 1 : 0, s.seed,
+      s.align.empty() ? "" : " " + s.align);
 }
 
 int layout_base_count(int64_t samples, int R) {

@@ -38,6 +38,8 @@ struct LayoutSpec {
                         // (residue r becomes (r + offset) % R; content unchanged)
   uint64_t seed = 1;    // base examples, shift choices and filler tokens
   bool balance = true;  // false: naive shifts 0..R-1 (unequal variances; for tests)
+  std::string align;    // "" = prompts as laid out; else what align/align_layout.h did to them (set by
+                        // layout_align, part of the fingerprint so journals of aligned runs stay apart)
   // Tolerances, in tokens, on the spread (max - min) across residue groups of the mean and of the SD
   // of target_pos. The balanced design reaches 0 for the means (n_base a multiple of R) and about
   // R^2 / (n_base * SD) for the SDs (~0.5 at n_base = 24, ~0.2 at 48, ~0.1 at 96 for the default task);
@@ -48,16 +50,18 @@ struct LayoutSpec {
 
 // One prompt. Positions are 0-based indices into tokens (BOS at 0).
 struct LayoutSample {
-  int64_t id = 0;           // base * R + (residue at offset 0): stable across reruns of the same spec
-  int base = 0;             // base example index, 0..n_base-1 (the paired block)
-  uint64_t mapping_id = 0;  // key -> name mapping of the base example (bootstrap cluster)
-  int residue = 0;          // target_pos % R, measured
-  int shift = 0;            // filler tokens placed before the target (design value, 0..2R-1)
-  int64_t target_pos = 0;   // position of the target record's key, measured
-  int64_t query_pos = 0;    // position of the final (query) key = prompt_len - 1
-  int64_t prompt_len = 0;   // tokens.size()
-  int answer = 0;           // expected next token (the target's name)
-  std::vector<int> tokens;  // (prompt_len)
+  int64_t id = 0;            // base * R + (residue at offset 0): stable across reruns of the same spec
+  int base = 0;              // base example index, 0..n_base-1 (the paired block)
+  uint64_t mapping_id = 0;   // key -> name mapping of the base example (bootstrap cluster)
+  int residue = 0;           // target_pos % R, measured
+  int shift = 0;             // filler tokens placed before the target (design value, 0..2R-1)
+  int64_t target_pos = 0;    // position of the target record's key, measured
+  int64_t query_pos = 0;     // position of the final (query) key = prompt_len - 1
+  int64_t prompt_len = 0;    // tokens.size()
+  int answer = 0;            // expected next token (the target's name)
+  std::vector<int> tokens;   // (prompt_len)
+  int64_t aligned_pos = -1;  // layout_align: where the target key now sits (-1 = not aligned)
+  int64_t added = 0;         // layout_align: tokens it inserted (the same number of fillers was taken out)
 };
 
 struct GroupMoments {

@@ -91,7 +91,44 @@ EvalResults eval_from_journal(const EvalOptions& opt, const LayoutDesign& design
   m.tol_mean = design.spec.tol_mean;
   m.tol_sd = design.spec.tol_sd;
   m.wall_s = wall_s;
+  m.align = design.spec.align;
+  m.added_mean = layout_added_mean(design);
   return results_from_journal(out_dir + "/journal.jsonl", so, m);
+}
+
+void eval_set_pad_and_align(EvalOptions* opt, int pad, const std::string& card_path, const std::string& mode,
+                            int copies, bool weakest) {
+  const int min_pad = 2 * opt->layout.R - 1;
+  if (pad > 0) {
+    if (pad < min_pad)
+      fail("eval --pad", fmt::format("{} is below 2R - 1 = {}, the room every shift needs", pad, min_pad),
+           fmt::format("pass --pad {} or more", min_pad));
+    opt->layout.pad = pad;
+  }
+  if (card_path.empty()) return;
+  LayoutAlign a;
+  a.card = card_read(card_path);
+  a.opt.mode = align_mode_parse(mode, "eval --align-mode");
+  a.opt.copies = copies;
+  a.weakest = weakest;
+  const int need = layout_align_pad(opt->layout.R, a.card.grid.period, copies);
+  if (opt->layout.pad < need)
+    fail("eval --pad",
+         fmt::format("is {}; aligning at equal length needs {} fillers per prompt", opt->layout.pad, need),
+         fmt::format("pass --pad {} to this run and to the runs it is compared with", need));
+  opt->align = a;
+}
+
+bool eval_write_card(const EvalResults& r, const EvalOptions& opt, const std::string& path) {
+  if (opt.align) return false;
+  CardGrid g;
+  g.period = opt.layout.R % opt.S == 0 ? opt.S : opt.layout.R;
+  g.note = "phasescope eval: prompts start with the BOS at position 0, compressed blocks from position 0";
+  PhaseCard c = card_from_results(r, g, opt.layout.seed);
+  const Vocab& v = opt.layout.task.vocab;
+  for (int i = 0; i < v.n_fillers; ++i) c.neutral_tokens.push_back(v.filler(i));
+  card_write(c, path);
+  return true;
 }
 
 EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string& out_dir) {
@@ -100,7 +137,8 @@ EvalResults run_eval(Backend& backend, const EvalOptions& opt, const std::string
 
   // the design: every sample, with its measured positions; refused if the groups' moments differ
   io_make_dirs(out_dir);
-  const LayoutDesign design = layout_build(opt.layout);
+  LayoutDesign design = layout_build(opt.layout);
+  if (opt.align) layout_align(&design, *opt.align);
   const std::string moments = layout_format_moments(design);
   io_write_atomic(out_dir + "/layout.txt", moments);
   if (log && opt.log_layout) {

@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "core/csv.h"
 #include "core/io.h"
+#include "eval/card.h"
 #include "eval/journal.h"
 #include "eval/runner.h"
 #include "eval/stats.h"
@@ -497,6 +498,13 @@ EvalResults needle_run(Backend& backend, const NeedleDesign& d, const NeedleRunO
                r.residue, res.stats.n_errors, res.stats.n_samples, sum.last_error),
            "fix what the last error names, then rerun the same command (failed samples are retried)");
   eval_write_outputs(res, opt.report, out_dir, "phasescope probe needle: " + opt.model);
+  CardGrid g;  // the journal's positions count the tokens the server puts first, so phase 0 is position 0
+  g.period = d.spec.R % opt.S == 0 ? opt.S : d.spec.R;
+  g.prompt_offset = d.spec.position_offset;
+  g.note = "probe needle: positions count the server's own tokens before the prompt (--position-offset)";
+  PhaseCard card = card_from_results(res, g, d.spec.seed);
+  card.source = "probe needle";
+  card_write(card, out_dir + "/card.json");
   io_write_atomic(out_dir + "/logprob_per_residue.csv",
                   needle_logprob_csv(journal_load(journal).records, d.spec.R));
   return res;

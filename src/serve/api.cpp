@@ -230,6 +230,74 @@ std::vector<int> parse_stop_ids(const json& j, const ApiModel& m) {
 }
 
 // The fields completions and chat share, into specs (prompts x n) with the context-length check.
+// phasescope_spans: one list of spans for one prompt, or one per prompt; each span [begin, end(, anchor)].
+std::vector<std::vector<AlignSpan>> parse_spans(const json& v, size_t prompts) {
+  const char* p = "phasescope_spans";
+  auto span_list = [&](const json& list) {
+    std::vector<AlignSpan> out;
+    if (!list.is_array()) bad(p, "'phasescope_spans' must be a list of [begin, end] or [begin, end, anchor]");
+    for (const json& e : list) {
+      if (!json_ok<std::vector<int>>(e) || (e.size() != 2 && e.size() != 3))
+        bad(p, "each span is [begin, end] or [begin, end, anchor] (token indices of the prompt)");
+      const std::vector<int> x = e.get<std::vector<int>>();
+      out.push_back(AlignSpan{x[0], x[1], x.size() == 3 ? x[2] : 0});
+    }
+    return out;
+  };
+  const bool per_prompt =
+      v.is_array() && !v.empty() && v[0].is_array() && !v[0].empty() && v[0][0].is_array();
+  if (!per_prompt) {
+    if (prompts != 1) bad(p, fmt::format("{} prompts: give one list of spans per prompt", prompts));
+    return {span_list(v)};
+  }
+  if (v.size() != prompts) bad(p, fmt::format("{} lists of spans for {} prompts", v.size(), prompts));
+  std::vector<std::vector<AlignSpan>> out;
+  for (const json& list : v) out.push_back(span_list(list));
+  return out;
+}
+
+// Align every prompt that marks spans (serve --align-spans): the prompt is replaced before prefill.
+void align_prompts(const json& j, const ApiModel& m, CompletionJob* job) {
+  if (!json_present(j, "phasescope_spans")) {
+    if (json_present(j, "phasescope_align"))
+      bad("phasescope_align", "'phasescope_align' needs phasescope_spans");
+    return;
+  }
+  if (!m.align_card)
+    bad("phasescope_spans", "this server aligns no spans: start it with --align-spans card.json",
+        "unsupported_parameter");
+  const PhaseCard& card = *m.align_card;
+  AlignOptions o;
+  o.phase_order = card.phase_order;
+  for (int t : card.neutral_tokens)
+    if (t >= 0 && t < m.vocab.size()) o.neutral.push_back(t);
+  for (int i = 0; o.neutral.empty() && i < m.vocab.n_fillers; ++i) o.neutral.push_back(m.vocab.filler(i));
+  o.context = m.max_model_len;
+  if (json_present(j, "phasescope_align")) {
+    const json& a = j.at("phasescope_align");
+    if (!a.is_object()) bad("phasescope_align", "'phasescope_align' is {\"mode\": ..., \"copies\": K}");
+    check_known(a, {"mode", "copies"});
+    try {
+      o.mode = align_mode_parse(json_get_or<std::string>(a, "mode", "align", "phasescope_align", "align"),
+                                "phasescope_align.mode");
+      o.copies = json_get_or<int>(a, "copies", 2, "phasescope_align", "e.g. 2");
+    } catch (const Error& e) {
+      bad("phasescope_align", e.what());
+    }
+  }
+  const std::vector<std::vector<AlignSpan>> spans =
+      parse_spans(j.at("phasescope_spans"), job->prompts.size());
+  for (size_t i = 0; i < job->prompts.size(); ++i) {
+    try {
+      AlignedPrompt a = align_prompt(job->prompts[i], spans[i], card.grid, o);
+      job->prompts[i] = a.tokens;
+      job->alignment.push_back(std::move(a));
+    } catch (const Error& e) {
+      bad("phasescope_spans", fmt::format("prompt {}: {}", i, e.what()));
+    }
+  }
+}
+
 void fill_specs(const json& j, const ApiModel& m, uint64_t seed_default, int max_tokens, int logprobs,
                 bool prompt_lp, CompletionJob* job) {
   const double temperature = get_number(j, "temperature", 1.0, 0, 100);
@@ -418,14 +486,33 @@ std::string error_body(const ApiError& e) {
 
 CompletionJob completion_parse(const std::string& body, const ApiModel& m, uint64_t seed) {
   const json j = parse_object(body);
-  check_known(j, {"model", "prompt", "max_tokens", "temperature", "top_p", "n", "seed", "stop",
-                  "stop_token_ids", "logprobs", "echo", "stream", "user", "presence_penalty",
-                  "frequency_penalty", "best_of", "logit_bias", "suffix", "return_tokens_as_token_ids"});
+  check_known(j, {"model",
+                  "prompt",
+                  "max_tokens",
+                  "temperature",
+                  "top_p",
+                  "n",
+                  "seed",
+                  "stop",
+                  "stop_token_ids",
+                  "logprobs",
+                  "echo",
+                  "stream",
+                  "user",
+                  "presence_penalty",
+                  "frequency_penalty",
+                  "best_of",
+                  "logit_bias",
+                  "suffix",
+                  "return_tokens_as_token_ids",
+                  "phasescope_spans",
+                  "phasescope_align"});
   check_model(j, m);
   check_neutral(j);
   CompletionJob job;
   job.chat = false;
   job.prompts = parse_prompts(j, m);
+  align_prompts(j, m, &job);
   job.echo = get_bool(j, "echo", false);
   job.logprobs = int(get_int(j, "logprobs", -1, 0, m.max_logprobs));
   job.tokens_as_ids = get_bool(j, "return_tokens_as_token_ids", false);
@@ -470,6 +557,15 @@ std::string completion_reply(const CompletionJob& job, const std::vector<GenOutp
   ojson r{{"id", id},           {"object", job.chat ? "chat.completion" : "text_completion"},
           {"created", created}, {"model", m.id},
           {"choices", choices}, {"usage", usage_object(prompt_tokens, completion_tokens)}};
+  if (!job.alignment.empty()) {
+    ojson al = ojson::array();
+    for (const AlignedPrompt& a : job.alignment) {
+      ojson sp = ojson::array();
+      for (const AlignSpan& s : a.spans) sp.push_back({s.begin, s.end});
+      al.push_back({{"added", a.added}, {"spans", sp}, {"anchors", a.anchors}, {"phases", a.phases}});
+    }
+    r["phasescope_alignment"] = al;
+  }
   return r.dump();
 }
 

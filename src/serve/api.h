@@ -11,15 +11,22 @@
 //                              {count, max_model_len, tokens, token_strs}
 //   POST /detokenize           {"tokens"} -> {"prompt" (vLLM), "content" (llama-server)}: both keys, same
 //   text
+//   phasescope_spans (completions, with `serve --align-spans card.json`): [[begin, end(, anchor)], ...] token
+//                              indices of the prompt (a list of such lists, one per prompt, for several
+//                              prompts); phasescope_align {"mode": "align"|"repeat"|"both", "copies": K}.
+//                              The prompt is aligned (align/align.h) before prefill; the reply's
+//                              phasescope_alignment gives each prompt's added tokens, spans, anchors, phases.
 // Text is the token-name text of serve/text_codec.h. The server adds no BOS to any prompt (the chat template
 // and add_special[_tokens]: true on /tokenize are the only places a BOS is added).
 // Not here: sockets and threads (server.h), the model (engine.h).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "align/align.h"
 #include "data/vocab.h"
 #include "serve/engine.h"
 
@@ -38,10 +45,11 @@ struct ApiError : std::runtime_error {
 struct ApiModel {
   std::string id;  // the model name requests must use (when they name one) and replies carry
   Vocab vocab;
-  int max_model_len = 256;  // prompt + max_tokens must fit (refused, never truncated)
-  int max_logprobs = 20;    // the most alternatives per position
-  int64_t created = 0;      // unix time the server started
-  std::string root;         // the checkpoint path (informational, /v1/models)
+  int max_model_len = 256;              // prompt + max_tokens must fit (refused, never truncated)
+  int max_logprobs = 20;                // the most alternatives per position
+  int64_t created = 0;                  // unix time the server started
+  std::string root;                     // the checkpoint path (informational, /v1/models)
+  std::optional<PhaseCard> align_card;  // serve --align-spans: completions may mark phasescope_spans
 };
 
 // A checked completions or chat request.
@@ -53,6 +61,7 @@ struct CompletionJob {
   bool echo = false;                      // completions: prefix text and log-probs with the prompt's
   int logprobs = -1;                      // alternatives per position; -1 = no log-probs in the reply
   bool tokens_as_ids = false;             // vLLM's return_tokens_as_token_ids: tokens as "token_id:17"
+  std::vector<AlignedPrompt> alignment;   // (prompts) when the request marked phasescope_spans, else empty
 };
 
 // Parse and check a request body. `seed` is used when the request gives none (sample j of every prompt

@@ -443,6 +443,7 @@ Server::Server(const ServeOptions& opt) : impl_(new Impl) {
   m.model.max_logprobs = eo.max_logprobs;
   m.model.created = int64_t(std::time(nullptr));
   m.model.root = opt.checkpoint;
+  if (!opt.align_card.empty()) m.model.align_card = card_read(opt.align_card);
 
   // HTTP: routes, one pool thread per connection, timeouts, then bind and listen
   m.routes();

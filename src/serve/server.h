@@ -29,6 +29,7 @@ struct ServeOptions {
   int http_threads = 256;        // connections open at once; one more is answered 503 server_busy
   int timeout_s = 30;            // a request must arrive whole within this; a write must progress within it
   std::ostream* log = nullptr;   // one line per request when set
+  std::string align_card;        // --align-spans: a card.json; completions may then mark phasescope_spans
 };
 
 class Server {

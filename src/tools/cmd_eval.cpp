@@ -24,6 +24,8 @@ void add_eval_command(CLI::App& app) {
     int R = 24, bootstrap = 2000;
     uint64_t seed = 1;
     bool fresh = false;
+    int pad = 0, copies = 2;
+    std::string align_card, align_mode = "align", align_to = "strongest";
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "accuracy per phase of a checkpoint, with intervals and tests");
@@ -47,6 +49,20 @@ void add_eval_command(CLI::App& app) {
       ->required();
   cmd->add_flag("--fresh", a->fresh,
                 "start the journal in --out over (default: resume it, if it is this run's)");
+  cmd->add_option("--pad", a->pad,
+                  "filler tokens per prompt (default 2R - 1 = 47 at R = 24); give every row of a comparison "
+                  "the same pad so prompts have the same length")
+      ->check(in_range(0, 1 << 20));
+  cmd->add_option(
+      "--align-card", a->align_card,
+      "align each prompt's target record with this card.json (from other prompts: another --seed)");
+  cmd->add_option("--align-mode", a->align_mode, "align | repeat | both (with --align-card)")
+      ->check(CLI::IsMember({"align", "repeat", "both"}));
+  cmd->add_option("--align-to", a->align_to,
+                  "strongest (the remedy) | weakest (the control: the same padding, on the weakest phases)")
+      ->check(CLI::IsMember({"strongest", "weakest"}));
+  cmd->add_option("--copies", a->copies, "repeat / both: positions per record, the original included")
+      ->check(in_range(2, 512));
   cmd->callback([a] {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
     if (!a->http.base_urls.empty()) {
@@ -59,15 +75,18 @@ void add_eval_command(CLI::App& app) {
           eval_options_for(p, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
       opt.bootstrap = a->bootstrap;
       opt.fresh = a->fresh;
+      eval_set_pad_and_align(&opt, a->pad, a->align_card, a->align_mode, a->copies, a->align_to == "weakest");
       fmt::print("{}", eval_samples_note(a->samples, opt));
       ProbeConnectOptions co = http_connect_options(a->http);
       co.tokens = false;  // phasescope's own vocabulary: ids in, ids out
       co.api.bos_id = opt.layout.task.vocab.bos();
       ProbeConnection c = probe_connect(co);
       fmt::print("model: {}\n", c.backend->describe());
-      EvalResults r = run_eval(*c.backend, opt, a->out);
+      const EvalResults r = run_eval(*c.backend, opt, a->out);
+      const bool card = eval_write_card(r, opt, a->out + "/card.json");
       fmt::print("{}\n", results_format_table(r));
-      fmt::print("wrote {}/results.json, per_residue.csv, report.html\n", a->out);
+      fmt::print("wrote {}/results.json, {}per_residue.csv, report.html\n", a->out,
+                 card ? "card.json, " : "");
       return;
     }
     if (a->checkpoint.empty())
@@ -79,14 +98,16 @@ void add_eval_command(CLI::App& app) {
         eval_options_for(m.preset, pad_protocol_parse(a->protocol, "--protocol"), a->samples, a->R, a->seed);
     opt.bootstrap = a->bootstrap;
     opt.fresh = a->fresh;
+    eval_set_pad_and_align(&opt, a->pad, a->align_card, a->align_mode, a->copies, a->align_to == "weakest");
     fmt::print("{}", eval_samples_note(a->samples, opt));
     ModelBackend backend(std::move(m), opt.model);
     fmt::print("model: {}\n", backend.describe());
 
     // score (or resume), then the statistics and the report
-    EvalResults r = run_eval(backend, opt, a->out);
+    const EvalResults r = run_eval(backend, opt, a->out);
+    const bool card = eval_write_card(r, opt, a->out + "/card.json");
     fmt::print("{}\n", results_format_table(r));
-    fmt::print("wrote {}/results.json, per_residue.csv, report.html\n", a->out);
+    fmt::print("wrote {}/results.json, {}per_residue.csv, report.html\n", a->out, card ? "card.json, " : "");
   });
 }
 

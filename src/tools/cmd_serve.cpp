@@ -37,6 +37,9 @@ void add_serve_command(CLI::App& app) {
                   "write timeout")
       ->capture_default_str();
   cmd->add_flag("--log-requests", *verbose, "print one line per request");
+  cmd->add_option("--align-spans", o->align_card,
+                  "card.json: completions may mark phasescope_spans, aligned to the card's strongest phases "
+                  "before prefill (docs/align.md)");
   cmd->callback([o, verbose] {
     std::cout << "runtime: " << runtime_describe(runtime_init()) << "\n";
     if (*verbose) o->log = &std::cout;

@@ -26,6 +26,9 @@ void add_tokenize_command(CLI::App& app);   // text -> token ids with a tokenize
 void add_corpus_command(CLI::App& app);     // the language models' corpus: build, info (cmd_corpus.cpp)
 void add_serve_command(CLI::App& app);      // OpenAI-compatible HTTP server over a checkpoint (cmd_serve.cpp)
 void add_probe_command(CLI::App& app);  // needle / flip probes of a served model over HTTP (cmd_probe.cpp)
-void add_v4_command(CLI::App& app);     // real DeepSeek-V4 checkpoints: one layer, static gates (cmd_v4.cpp)
+void add_align_command(CLI::App& app);  // place marked spans on a model's strong phases (cmd_align.cpp)
+void add_align_study_command(CLI::App& app);  // alignment measured per phase (cmd_align_study.cpp)
+void add_gate_command(CLI::App& app);         // a card against a release's conditions (cmd_gate.cpp)
+void add_v4_command(CLI::App& app);  // real DeepSeek-V4 checkpoints: one layer, static gates (cmd_v4.cpp)
 
 }  // namespace phasescope

@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   phasescope::add_corpus_command(app);
   phasescope::add_serve_command(app);
   phasescope::add_probe_command(app);
+  phasescope::add_align_command(app);
+  phasescope::add_align_study_command(app);
+  phasescope::add_gate_command(app);
   phasescope::add_v4_command(app);
 
   // run the chosen one
