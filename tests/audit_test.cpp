@@ -1,0 +1,233 @@
+// audit_test.cpp — the audit's engine checks (audit/invariance.h) against a mock engine with planted faults:
+// the fake OpenAI server (tests/fake_openai_server.h) whose "model" answers a record prompt by induction with
+// a confidence that depends on the phase of the prompt's length (so anything that moves phases moves the
+// answer's log-prob), and three switchable engine faults: padding pooled into blocks when requests arrive
+// together, a prefix cache that serves another prompt's entries, and wrong answers when the prompt length is
+// 3 mod 4 (an engine fault that is not an invariance fault: it moves nothing between passes). Each fault is
+// flagged by exactly its check (the length fault by query-phase); the clean engine by none, over 20 seeds
+// (false alarms asserted 0 of 40 invariance checks and 0 of 20 query-phase checks); and our own `serve`
+// with batching forced passes both invariance checks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "audit/invariance.h"
+#include "audit/query_phase.h"
+#include "fake_openai_server.h"
+#include "http/http_pool.h"
+#include "http/openai_client.h"
+#include "http/server_tokenizer.h"
+#include "http/token_source.h"
+#include "serve_testing.h"
+
+namespace phasescope {
+namespace {
+
+enum class Fault { None, BatchPads, PrefixCache, LengthMod4 };
+
+// The mock engine: induction with a phase-dependent confidence, and the planted fault.
+struct MockEngine {
+  fake::Server server;
+  Fault fault = Fault::None;
+  std::atomic<int> in_flight{0};
+  std::mutex mu;
+  std::map<std::vector<int>, std::vector<int>> cache;  // first half of a prompt -> the last prompt with it
+
+  static fake::Dist answer(const std::vector<int>& t, int shift) {
+    const int p = fake::induction_next(t, nullptr);
+    const double lp = -0.05 - 0.2 * double((int64_t(t.size()) + shift) % 4);  // the phase of the length
+    return p >= 0 ? fake::Dist{{p, lp}, {fake::kBos, -4.0}} : fake::Dist{{fake::kBos, -0.1}};
+  }
+
+  explicit MockEngine(Fault f) : fault(f) {
+    server.model = [this](const std::vector<int>& t) {
+      const int now = ++in_flight;
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));  // requests that arrive together overlap
+      const bool batched = now > 1 || in_flight.load() > 1;
+      --in_flight;
+      if (fault == Fault::BatchPads) return answer(t, batched ? 1 : 0);  // a pad pooled into the block
+      if (fault == Fault::LengthMod4 && t.size() % 4 == 3) return fake::Dist{{fake::kBos, -0.01}};
+      if (fault == Fault::PrefixCache) {
+        const std::vector<int> key(t.begin(), t.begin() + std::ptrdiff_t(t.size() / 2));
+        std::lock_guard<std::mutex> g(mu);
+        auto it = cache.find(key);
+        const std::vector<int> seen = it == cache.end() ? t : it->second;
+        cache[key] = t;
+        return answer(seen, 0);  // another prompt's entries when the last one with this prefix differs
+      }
+      return answer(t, 0);
+    };
+  }
+};
+
+// Record prompts of the fake tokenizer: keys and values, a query key at the end; a sibling shares the first
+// three quarters, then other records.
+std::vector<InvarianceProbe> probes(fake::Server& s, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::vector<std::string> words = {"apple", "pear", "plum", "fig", "kiwi", "lime", "date", "yam",
+                                          "corn",  "bean", "rice", "oat", "rye",  "nut",  "pea",  "leek"};
+  std::vector<InvarianceProbe> out;
+  for (int i = 0; i < n; ++i) {
+    std::string text, other;
+    const int records = 6 + int(rng() % 6);
+    std::vector<std::pair<std::string, std::string>> recs;
+    for (int r = 0; r < records; ++r)
+      recs.push_back({words[rng() % words.size()] + std::to_string(r), words[rng() % words.size()]});
+    for (const auto& [k, v] : recs) text += "\n" + k + ": " + v;
+    const auto& target = recs[rng() % recs.size()];
+    InvarianceProbe p;
+    p.prompt.push_back(fake::kBos);
+    for (int id : s.tok.encode(text + "\n" + target.first + ":")) p.prompt.push_back(id);
+    p.answer = s.tok.encode(" " + target.second)[0];
+    p.sibling.assign(p.prompt.begin(), p.prompt.begin() + std::ptrdiff_t(3 * p.prompt.size() / 4));
+    while (p.sibling.size() < p.prompt.size()) p.sibling.push_back(s.tok.encode(" zz")[0]);
+    out.push_back(p);
+  }
+  return out;
+}
+
+HttpOptions http_options(const std::string& url) {
+  HttpOptions o;
+  o.base_urls = {url};
+  o.api_key_env = "";
+  o.concurrency = 16;
+  o.timeout_s = 10;
+  o.retries = 2;
+  o.backoff_s = 0.01;
+  o.backoff_max_s = 0.05;
+  return o;
+}
+
+InvarianceReport audit(MockEngine& e, uint64_t seed) {
+  HttpPool pool(http_options(e.server.url()));
+  ServerTokenizer ts(pool, "fake-model");
+  OpenAIOptions api;
+  api.model = "fake-model";
+  api.batch = 256;
+  HttpBackend b(pool, api, &ts);
+  return audit_invariance(b, probes(e.server, 24, seed), InvarianceOptions{});
+}
+
+TEST(AuditInvariance, EachPlantedFaultIsFlaggedByItsCheckOnly) {
+  {
+    MockEngine e(Fault::BatchPads);
+    const InvarianceReport r = audit(e, 1);
+    EXPECT_EQ(r.batch.verdict, "fail") << r.batch.reason;
+    EXPECT_EQ(r.prefix_cache.verdict, "pass") << r.prefix_cache.reason;
+  }
+  {
+    MockEngine e(Fault::PrefixCache);
+    const InvarianceReport r = audit(e, 1);
+    EXPECT_EQ(r.batch.verdict, "pass") << r.batch.reason;
+    EXPECT_EQ(r.prefix_cache.verdict, "fail") << r.prefix_cache.reason;
+    EXPECT_GT(r.prefix_cache.top1_changed, 0);
+  }
+  {  // wrong answers at length 3 mod 4 are the same in every pass: not an invariance fault
+    MockEngine e(Fault::LengthMod4);
+    const InvarianceReport r = audit(e, 1);
+    EXPECT_EQ(r.batch.verdict, "pass") << r.batch.reason;
+    EXPECT_EQ(r.prefix_cache.verdict, "pass") << r.prefix_cache.reason;
+  }
+}
+
+// The record prompts as needles: the question is the last line ("\n" key ":").
+std::vector<QueryPhaseProbe> needles(fake::Server& s, int n, uint64_t seed) {
+  const int newline = s.tok.encode("\n")[0];
+  std::vector<QueryPhaseProbe> out;
+  for (const InvarianceProbe& p : probes(s, n, seed)) {
+    QueryPhaseProbe q;
+    q.prompt = p.prompt;
+    q.answer = p.answer;
+    for (size_t i = 0; i < p.prompt.size(); ++i)
+      if (p.prompt[i] == newline) q.question_at = int64_t(i);
+    out.push_back(q);
+  }
+  return out;
+}
+
+QueryPhaseResult query_phase(MockEngine& e, uint64_t seed) {
+  HttpPool pool(http_options(e.server.url()));
+  ServerTokenizer ts(pool, "fake-model");
+  OpenAIOptions api;
+  api.model = "fake-model";
+  api.batch = 256;
+  HttpBackend b(pool, api, &ts);
+  return audit_query_phase(b, needles(e.server, 24, seed), 4, e.server.tok.encode(".")[0]);
+}
+
+TEST(AuditQueryPhase, WrongAnswersAtLength3Mod4AreFlaggedAndNothingElseIs) {
+  MockEngine bad(Fault::LengthMod4);
+  const QueryPhaseResult q = query_phase(bad, 1);
+  EXPECT_EQ(q.verdict, "fail") << q.reason;
+  EXPECT_EQ(q.worst, 3);
+  EXPECT_EQ(q.acc[3], 0.0);
+  EXPECT_EQ(q.n[3], 48);
+  for (Fault f : {Fault::None, Fault::BatchPads, Fault::PrefixCache}) {
+    MockEngine e(f);
+    const QueryPhaseResult r = query_phase(e, 1);
+    EXPECT_EQ(r.verdict, "pass") << int(f) << ": " << r.reason;
+  }
+  // the logprob still shows the mock model's own phase dependence (its confidence follows the length)
+  MockEngine clean(Fault::None);
+  const QueryPhaseResult c = query_phase(clean, 2);
+  EXPECT_NEAR(c.logprob[0] - c.logprob[1], 0.2, 1e-9);
+}
+
+TEST(AuditInvariance, TheCleanEngineRaisesNoFalseAlarmOverTwentySeeds) {
+  MockEngine e(Fault::None);
+  int alarms = 0, checks = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const InvarianceReport r = audit(e, seed);
+    for (const InvarianceCheck* c : {&r.batch, &r.prefix_cache}) {
+      ++checks;
+      alarms += c->verdict != "pass";
+      EXPECT_EQ(c->n, 12);
+    }
+  }
+  EXPECT_EQ(checks, 40);
+  EXPECT_EQ(alarms, 0);
+  int qp_alarms = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) qp_alarms += query_phase(e, seed).verdict != "pass";
+  EXPECT_EQ(qp_alarms, 0);
+}
+
+// phasescope serve over a compressed kind (W8/S8), batching forced (a wide batch window): the engine pads
+// right and caches nothing across requests, so both checks pass.
+TEST(AuditInvariance, OurServePassesWithBatchingForced) {
+  ServeOptions so = testing_serve::local_options(testing_serve::tiny_checkpoint("audit_serve"));
+  so.max_batch = 32;
+  so.batch_window_ms = 20;
+  Server server(so);
+  HttpPool pool(http_options(server.url()));
+  OpenAIOptions api;
+  api.model = server.model_id();
+  api.batch = 256;
+  const Vocab v = task_vocab(testing_serve::tiny_preset().task);
+  api.bos_id = v.bos();
+  HttpBackend b(pool, api, nullptr);
+  std::vector<InvarianceProbe> ps;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 24; ++i) {
+    InvarianceProbe p;
+    p.prompt.push_back(v.bos());
+    const int len = 40 + int(rng() % 30);
+    while (int(p.prompt.size()) < len)
+      p.prompt.push_back(rng() % 3 == 0 ? v.filler(int(rng() % 4)) : v.key(int(rng() % 16)));
+    p.answer = v.name(int(rng() % 16));
+    p.sibling.assign(p.prompt.begin(), p.prompt.begin() + std::ptrdiff_t(3 * p.prompt.size() / 4));
+    while (p.sibling.size() < p.prompt.size()) p.sibling.push_back(v.name(3));
+    ps.push_back(p);
+  }
+  const InvarianceReport r = audit_invariance(b, ps, InvarianceOptions{});
+  EXPECT_EQ(r.batch.verdict, "pass") << r.batch.reason;
+  EXPECT_EQ(r.prefix_cache.verdict, "pass") << r.prefix_cache.reason;
+  EXPECT_LT(r.batch.max_diff, 1e-4);  // right-padded batches equal one by one (docs/serve.md: ~5e-7)
+}
+
+}  // namespace
+}  // namespace phasescope
