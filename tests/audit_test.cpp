@@ -7,6 +7,8 @@
 // flagged by exactly its check (the length fault by query-phase); the clean engine by none, over 20 seeds
 // (false alarms asserted 0 of 40 invariance checks and 0 of 20 query-phase checks); and our own `serve`
 // with batching forced passes both invariance checks.
+#include "audit/audit.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "audit/gate.h"
 #include "audit/invariance.h"
 #include "audit/query_phase.h"
 #include "fake_openai_server.h"
@@ -172,6 +175,11 @@ TEST(AuditQueryPhase, WrongAnswersAtLength3Mod4AreFlaggedAndNothingElseIs) {
     const QueryPhaseResult r = query_phase(e, 1);
     EXPECT_EQ(r.verdict, "pass") << int(f) << ": " << r.reason;
   }
+  // a model that answers no needle cannot show an engine's wrong answers: inconclusive, never pass
+  MockEngine blind(Fault::LengthMod4);
+  blind.server.model = [](const std::vector<int>&) { return fake::Dist{{fake::kBos, -0.1}}; };
+  const QueryPhaseResult b = query_phase(blind, 1);
+  EXPECT_EQ(b.verdict, "inconclusive") << b.reason;
   // the logprob still shows the mock model's own phase dependence (its confidence follows the length)
   MockEngine clean(Fault::None);
   const QueryPhaseResult c = query_phase(clean, 2);
@@ -227,6 +235,52 @@ TEST(AuditInvariance, OurServePassesWithBatchingForced) {
   EXPECT_EQ(r.batch.verdict, "pass") << r.batch.reason;
   EXPECT_EQ(r.prefix_cache.verdict, "pass") << r.prefix_cache.reason;
   EXPECT_LT(r.batch.max_diff, 1e-4);  // right-padded batches equal one by one (docs/serve.md: ~5e-7)
+}
+
+// The audit end to end over HTTP: the needle in the server's tokens, the four checks, one card that gate
+// reads. A mock engine that pools pads when batched fails batch-invariance and nothing else.
+PhaseCard audit_card(MockEngine& e, const std::string& name) {
+  ProbeConnectOptions co;
+  co.http = http_options(e.server.url());
+  co.api.model = "fake-model";
+  ProbeConnection c = probe_connect(co);
+  AuditOptions o;
+  o.out = testutil::tmp_dir(name);
+  o.S = 4;
+  o.needle.context = 400;
+  o.needle.samples_per_group = 32;
+  o.given.context = true;
+  o.invariance_probes = 32;
+  o.query_probes = 16;
+  return audit_run(c, o);
+}
+
+std::string verdict(const PhaseCard& card, const std::string& name) {
+  for (const auto& c : card.checks)
+    if (c["name"] == name) return c["verdict"];
+  return "missing";
+}
+
+TEST(AuditRun, OneCardHoldsEveryCheckAndGateReadsIt) {
+  MockEngine clean(Fault::None);
+  const PhaseCard ok = audit_card(clean, "audit_clean");
+  ASSERT_EQ(ok.checks.size(), 4u);
+  for (const char* n : {"needle-phase", "batch-invariance", "prefix-cache-invariance", "query-phase"})
+    EXPECT_EQ(verdict(ok, n), "pass") << n << ": " << ok.checks.dump();
+  EXPECT_EQ(ok.provenance["probe_prompt_sha256"].size(), 48u);
+  EXPECT_EQ(ok.grid.period, 4);
+  GateOptions g;
+  g.require_invariance = true;
+  EXPECT_TRUE(gate_failures(ok, g).empty());
+
+  MockEngine pads(Fault::BatchPads);
+  const PhaseCard bad = audit_card(pads, "audit_pads");
+  EXPECT_EQ(verdict(bad, "batch-invariance"), "fail") << bad.checks.dump();
+  for (const char* n : {"needle-phase", "prefix-cache-invariance", "query-phase"})
+    EXPECT_EQ(verdict(bad, n), "pass") << n << ": " << bad.checks.dump();
+  const std::vector<std::string> f = gate_failures(bad, g);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].find("batch-invariance: verdict fail"), std::string::npos);
 }
 
 }  // namespace

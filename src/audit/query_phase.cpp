@@ -14,7 +14,8 @@ namespace phasescope {
 std::string query_phase_rule() {
   return "Each needle prompt is scored with 0..2S-1 neutral tokens inserted before its question; accuracy is "
          "grouped by prompt length mod S. fail: chi-square homogeneity p < 0.01 and gap >= 10 points; pass: "
-         "p >= 0.05 or gap < 5 points; inconclusive otherwise, or with fewer than 8 prompts in a group.";
+         "p >= 0.05 or gap < 5 points; inconclusive otherwise, with fewer than 8 prompts in a group, or when "
+         "fewer than 5% of all answers are right.";
 }
 
 QueryPhaseResult audit_query_phase(Backend& backend, const std::vector<QueryPhaseProbe>& probes, int S,
@@ -68,9 +69,16 @@ QueryPhaseResult audit_query_phase(Backend& backend, const std::vector<QueryPhas
   }
   q.gap = q.best >= 0 ? q.acc[size_t(q.best)] - q.acc[size_t(q.worst)] : std::nan("");
   q.p_value = chi2_homogeneity(q.correct, q.n).p_value;
+  int64_t all_n = 0, all_correct = 0;
+  for (int g = 0; g < S; ++g) all_n += q.n[size_t(g)], all_correct += q.correct[size_t(g)];
+  const double overall = all_n ? double(all_correct) / double(all_n) : 0;
   if (min_n < 8) {
     q.verdict = "inconclusive";
     q.reason = fmt::format("a length group has {} scored prompts, fewer than 8", min_n);
+  } else if (overall < 0.05) {
+    q.verdict = "inconclusive";
+    q.reason = fmt::format("the model answers {:.1f}% of the needles: too few for wrong answers to show",
+                           100 * overall);
   } else if (q.p_value < 0.01 && q.gap >= 0.10) {
     q.verdict = "fail";
     q.reason = fmt::format(

@@ -5,8 +5,9 @@
 // prompt length mod S.
 // Verdict (accuracy): fail when the S groups differ (chi-square homogeneity p < 0.01) and the gap (best -
 // worst group) is at least 10 points; pass when p >= 0.05 or the gap is below 5 points; else inconclusive;
-// inconclusive also when fewer than 8 prompts per group were scored.
-// Not here: building the needle prompts (the audit command), engine invariance (invariance.h).
+// inconclusive also when fewer than 8 prompts per group were scored, or fewer than 5% of all answers are
+// right (a model that cannot do the needle cannot show an engine's wrong answers). Not here: building the
+// needle prompts (the audit command), engine invariance (invariance.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

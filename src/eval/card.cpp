@@ -163,7 +163,8 @@ json card_to_json(const PhaseCard& c) {
           {"neutral_tokens", c.neutral_tokens},
           {"tokenizer_sha256", c.tokenizer_sha256},
           {"commit", c.commit},
-          {"checks", c.checks}};
+          {"checks", c.checks},
+          {"provenance", c.provenance}};
 }
 
 PhaseCard card_from_json(const json& j, const std::string& where) {
@@ -221,6 +222,7 @@ PhaseCard card_from_json(const json& j, const std::string& where) {
   c.tokenizer_sha256 = json_get_or<std::string>(j, "tokenizer_sha256", "", where, kFix);
   c.commit = json_get_or<std::string>(j, "commit", "", where, kFix);
   if (json_present(j, "checks")) c.checks = j.at("checks");
+  if (json_present(j, "provenance")) c.provenance = j.at("provenance");
   card_rank_phases(&c);  // recomputed from the phases, so a hand-edited card cannot disagree with itself
   return c;
 }

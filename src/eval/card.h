@@ -51,12 +51,13 @@ struct PhaseCard {
   std::vector<CardPhase> folded;       // (grid.period) pooled over residues r with r mod period = phase
   double mean = 0, worst = 0, best = 0, gap = 0;  // over residues
   Interval mean_ci, gap_ci;
-  int strongest_phase = 0, weakest_phase = 0;       // of folded, ties to the lower phase
-  std::vector<int> phase_order;                     // (grid.period) folded phases, strongest first
-  std::vector<int> neutral_tokens;                  // tokens the card calls safe filler (may be empty)
-  std::string tokenizer_sha256;                     // "" when the model's vocabulary is phasescope's own
-  std::string commit;                               // phasescope's commit that wrote the card
-  nlohmann::json checks = nlohmann::json::array();  // the audit's checks (docs/audit.md); [] otherwise
+  int strongest_phase = 0, weakest_phase = 0;            // of folded, ties to the lower phase
+  std::vector<int> phase_order;                          // (grid.period) folded phases, strongest first
+  std::vector<int> neutral_tokens;                       // tokens the card calls safe filler (may be empty)
+  std::string tokenizer_sha256;                          // "" when the model's vocabulary is phasescope's own
+  std::string commit;                                    // phasescope's commit that wrote the card
+  nlohmann::json checks = nlohmann::json::array();       // the audit's checks (docs/audit.md); [] otherwise
+  nlohmann::json provenance = nlohmann::json::object();  // the audit's: server entry, prompt hashes, ...
 };
 
 // The card of one evaluation: per-residue and folded accuracies from its statistics (folded to

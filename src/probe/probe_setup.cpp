@@ -1,6 +1,8 @@
 // probe_setup.cpp — see probe_setup.h.
 #include "probe/probe_setup.h"
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "probe/local_tokenizer_source.h"
 
@@ -31,6 +33,41 @@ ProbeConnection probe_connect(const ProbeConnectOptions& o) {
     c.tokens = std::make_unique<ServerTokenizer>(*c.pool, api.model, o.flavor);
   c.backend = std::make_unique<HttpBackend>(*c.pool, api, c.tokens.get());
   return c;
+}
+
+NeedleSpec needle_spec_for(const ProbeConnection& c, NeedleSpec spec, const NeedleGiven& given,
+                           std::ostream* log) {
+  const int64_t ctx = c.backend->context_length();
+  if (log)
+    *log << fmt::format("server context: {}\n",
+                        ctx > 0 ? std::to_string(ctx) + " tokens" : std::string("unknown"));
+  const int64_t extra = c.backend->options().echo ? 2 : 1;  // one to generate (and the echoed answer)
+  if (ctx > 0 && spec.context + extra > ctx && !given.context) {
+    spec.context = ctx - extra;  // the default does not fit: the longest prompt that does
+    if (log)
+      *log << fmt::format("context: {} tokens (the server's context less {}; --context sets it)\n",
+                          spec.context,
+                          extra == 2 ? "the echoed answer and one to generate" : "one to generate");
+  }
+  if (ctx > 0 && spec.context + extra > ctx)
+    fail("--context " + std::to_string(spec.context),
+         fmt::format("prompts of {} tokens (+{}) do not fit the server's context of {} tokens; nothing "
+                     "was sent (prompts are never truncated)",
+                     spec.context, extra == 2 ? "the echoed answer, +1 to generate" : "1 to generate", ctx),
+         fmt::format("pass --context {} or less, or serve the model with a longer context", ctx - extra));
+  const ServedTokenSpace& space = c.model.token_space;
+  if (space.present) {
+    NeedleSpec words = needle_token_space_spec(spec, space.fillers, space.keys, space.names);
+    if (given.filler) words.filler = spec.filler;
+    if (given.separator) words.separator = spec.separator;
+    spec = words;
+    if (log)
+      *log << "words: this phasescope server's token names (keys k*, values n*, filler f0; --filler, "
+              "--separator, --keys-file, --values-file override)\n";
+  }
+  if (c.backend->options().api == ApiKind::Chat)
+    spec.position_offset = c.backend->chat_overhead().first - (c.tokens->bos_id() >= 0 ? 1 : 0);
+  return spec;
 }
 
 }  // namespace phasescope

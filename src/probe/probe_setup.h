@@ -6,12 +6,14 @@
 // probes themselves.
 #pragma once
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "http/http_pool.h"
 #include "http/openai_client.h"
 #include "http/server_tokenizer.h"
 #include "http/token_source.h"
+#include "probe/needle.h"
 
 namespace phasescope {
 
@@ -34,5 +36,17 @@ struct ProbeConnection {
 };
 
 ProbeConnection probe_connect(const ProbeConnectOptions& o);
+
+// What the user set on the needle's spec (the rest may be fitted to the server).
+struct NeedleGiven {
+  bool context = false, filler = false, separator = false;
+};
+
+// The needle spec for a connected server: the context fitted to the server's (less the echoed answer and
+// one token to generate) unless given, which is then an Error when it does not fit; a phasescope server's
+// own token names (keys k*, values n*) unless words were given; a chat API's template tokens before the
+// prompt as the position offset. One line per choice to `log`. Shared by `probe needle` and `audit`.
+NeedleSpec needle_spec_for(const ProbeConnection& c, NeedleSpec spec, const NeedleGiven& given,
+                           std::ostream* log);
 
 }  // namespace phasescope

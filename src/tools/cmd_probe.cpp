@@ -67,39 +67,14 @@ void add_probe_command(CLI::App& app) {
     co.echo_on_phasescope = true;
     ProbeConnection c = probe_connect(co);
     fmt::print("backend: {}\ntokens: {}\n", c.backend->describe(), c.tokens->describe());
-    const int64_t ctx = c.backend->context_length();
-    fmt::print("server context: {}\n", ctx > 0 ? std::to_string(ctx) + " tokens" : std::string("unknown"));
-    NeedleSpec spec = n->spec;
-    const int64_t extra = c.backend->options().echo ? 2 : 1;  // one to generate (and the echoed answer)
-    if (ctx > 0 && spec.context + extra > ctx && needle->count("--context") == 0) {
-      spec.context = ctx - extra;  // the default does not fit: the longest prompt that does
-      fmt::print("context: {} tokens (the server's context less {}; --context sets it)\n", spec.context,
-                 extra == 2 ? "the echoed answer and one to generate" : "one to generate");
-    }
-    if (ctx > 0 && spec.context + extra > ctx)
-      fail("--context " + std::to_string(spec.context),
-           fmt::format("prompts of {} tokens (+{}) do not fit the server's context of {} tokens; nothing "
-                       "was sent (prompts are never truncated)",
-                       spec.context, extra == 2 ? "the echoed answer, +1 to generate" : "1 to generate", ctx),
-           fmt::format("pass --context {} or less, or serve the model with a longer context", ctx - extra));
-
-    // the design, in the model's tokens (positions counted from the server's first token); a phasescope
-    // server's own token names unless the words were given
-    const ServedTokenSpace& space = c.model.token_space;
-    if (space.present) {
-      NeedleSpec words = needle_token_space_spec(spec, space.fillers, space.keys, space.names);
-      if (needle->count("--filler")) words.filler = spec.filler;
-      if (needle->count("--separator")) words.separator = spec.separator;
-      spec = words;
-      fmt::print(
-          "words: this phasescope server's token names (keys k*, values n*, filler f0; --filler, "
-          "--separator, --keys-file, --values-file override)\n");
-    }
+    // the design, in the model's tokens (positions counted from the server's first token)
+    NeedleSpec spec = needle_spec_for(
+        c, n->spec,
+        {needle->count("--context") > 0, needle->count("--filler") > 0, needle->count("--separator") > 0},
+        &std::cout);
     spec.verify = !n->no_verify;
     if (!n->keys_file.empty()) spec.keys = io_read_lines(n->keys_file);
     if (!n->values_file.empty()) spec.values = io_read_lines(n->values_file);
-    if (c.backend->options().api == ApiKind::Chat)
-      spec.position_offset = c.backend->chat_overhead().first - (c.tokens->bos_id() >= 0 ? 1 : 0);
     const NeedleDesign d = needle_build(spec, *c.tokens, &std::cout);
     std::cout << needle_format_design(d);
 

@@ -28,6 +28,7 @@ void add_serve_command(CLI::App& app);      // OpenAI-compatible HTTP server ove
 void add_probe_command(CLI::App& app);  // needle / flip probes of a served model over HTTP (cmd_probe.cpp)
 void add_align_command(CLI::App& app);  // place marked spans on a model's strong phases (cmd_align.cpp)
 void add_align_study_command(CLI::App& app);  // alignment measured per phase (cmd_align_study.cpp)
+void add_audit_command(CLI::App& app);        // a served model's phase card and engine checks (cmd_audit.cpp)
 void add_gate_command(CLI::App& app);         // a card against a release's conditions (cmd_gate.cpp)
 void add_v4_command(CLI::App& app);  // real DeepSeek-V4 checkpoints: one layer, static gates (cmd_v4.cpp)
 

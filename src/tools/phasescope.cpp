@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   phasescope::add_probe_command(app);
   phasescope::add_align_command(app);
   phasescope::add_align_study_command(app);
+  phasescope::add_audit_command(app);
   phasescope::add_gate_command(app);
   phasescope::add_v4_command(app);
 
