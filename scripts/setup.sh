@@ -6,7 +6,8 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev            # PyTorch 1.13 C++ API: tensors + autograd
+  libtorch-dev            # PyTorch 1.13 C++ API: tensors + autograd, c10d process groups
+  libgloo-dev             # the headers c10d's Gloo process group needs (data-parallel train, src/dist)
   libopenblas0-openmp     # without it libtorch's matmuls use the slow reference BLAS
   nlohmann-json3-dev      # JSON configs, journals, checkpoint headers
   libcli11-dev            # CLI parsing

@@ -160,6 +160,19 @@ inline nlohmann::json json_number_or_null(double x) {
 }
 
 // obj has `key` with a value other than null.
+// The first place two documents differ, as "path: A <a>, B <b>" with `a_name` and `b_name` for A and B;
+// "" when they are equal (a resumed checkpoint against its run, one rank's run against rank 0's).
+inline std::string json_first_difference(const nlohmann::json& a, const nlohmann::json& b,
+                                         const std::string& a_name, const std::string& b_name) {
+  const nlohmann::json patch = nlohmann::json::diff(a, b);
+  if (patch.empty()) return "";
+  const std::string path = patch[0].value("path", std::string("?"));
+  const nlohmann::json::json_pointer ptr(path);
+  const std::string was = a.contains(ptr) ? a.at(ptr).dump() : "(absent)";
+  const std::string is = b.contains(ptr) ? b.at(ptr).dump() : "(absent)";
+  return path + ": " + a_name + " " + was + ", " + b_name + " " + is;
+}
+
 inline bool json_present(const nlohmann::json& obj, const std::string& key) {
   return obj.is_object() && obj.contains(key) && !obj.at(key).is_null();
 }

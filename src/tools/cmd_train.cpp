@@ -1,5 +1,6 @@
 // cmd_train.cpp — `phasescope train --preset NAME [--task ...] [--steps N] [--out DIR] [overrides]`
-// and `phasescope presets` (list the named presets).
+// and `phasescope presets` (list the named presets). With WORLD_SIZE > 1 in the environment (torchrun,
+// Slurm, `phasescope launch`) or --world-size, the run is data-parallel over a c10d Gloo group.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/runtime.h"
+#include "dist/dist.h"
 #include "model/config.h"
 #include "model/load.h"
 #include "tools/commands.h"
@@ -107,6 +109,7 @@ void add_train_command(CLI::App& app) {
     std::string preset, out;
     bool fresh = false;
     Overrides o;
+    DistFlags dist;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -118,6 +121,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--out", a->out, "output directory (checkpoint, config, metrics); default runs/<preset>");
   cmd->add_flag("--fresh", a->fresh, "start over even if --out holds a checkpoint");
   add_override_options(cmd, a->o);
+  cmd->add_option("--world-size", a->dist.world_size, "data-parallel ranks (default: $WORLD_SIZE, else 1)");
+  cmd->add_option("--rank", a->dist.rank, "this rank, 0 .. world size - 1 (default: $RANK)");
+  cmd->add_option("--local-rank", a->dist.local_rank,
+                  "this rank's index on its machine (default: $LOCAL_RANK)");
+  cmd->add_option("--master-addr", a->dist.master_addr, "rank 0's host (default: $MASTER_ADDR)");
+  cmd->add_option("--master-port", a->dist.master_port, "rank 0's rendezvous port (default: $MASTER_PORT)");
   cmd->callback([a] {
     // the run's configuration
     Preset p = preset_load(a->preset);
@@ -126,7 +135,9 @@ void add_train_command(CLI::App& app) {
     opt.out_dir = a->out.empty() ? "runs/" + p.name : a->out;
     opt.fresh = a->fresh;
     opt.handle_signals = true;  // Ctrl-C / SIGTERM: save a checkpoint after the step, then stop
-    fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
+    const DistEnv denv = dist_env_from_environment(a->dist);
+    if (denv.rank == 0) fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
+    opt.dist = dist_join(denv);  // one rank: no group
 
     // train
     TrainResult r = train_run(p, opt);
@@ -134,8 +145,8 @@ void add_train_command(CLI::App& app) {
     // outcome
     if (r.nan_stop)
       fail("train", r.message, "lower --lr or raise warmup; the run can resume from its last checkpoint");
-    if (r.interrupted) std::exit(130);  // the message (step, checkpoint) is already printed
-    if (r.trained == 0) return;         // nothing to do: the message says why
+    if (r.interrupted) std::exit(130);             // the message (step, checkpoint) is already printed
+    if (r.trained == 0 || denv.rank != 0) return;  // nothing to do (the message says why), or not rank 0
     fmt::print("done: {} steps in {:.1f} s, last loss {:.4f}{}, checkpoint {}\n", r.step, r.seconds, r.loss,
                r.eval_acc >= 0 ? fmt::format(", held-out accuracy {:.3f}", r.eval_acc) : std::string(),
                checkpoint_path(opt.out_dir));

@@ -14,11 +14,13 @@ CLI::Validator in_range(T lo, T hi) {
 
 void add_zoo_command(CLI::App& app);  // smoke run of the attention zoo (cmd_zoo.cpp)
 void add_kv_memory_command(CLI::App& app);
-void add_generate_command(CLI::App& app);   // greedy generation with the KV cache (cmd_generate.cpp)  //
-                                            // KV-cache bytes per token of each design (cmd_kv_memory.cpp)
-void add_theory_command(CLI::App& app);     // idealized retrieval model, gradient flow (cmd_theory.cpp)
-void add_train_command(CLI::App& app);      // train a preset; list presets (cmd_train.cpp)
-void add_eval_command(CLI::App& app);       // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)
+void add_generate_command(CLI::App& app);  // greedy generation with the KV cache (cmd_generate.cpp)  //
+                                           // KV-cache bytes per token of each design (cmd_kv_memory.cpp)
+void add_theory_command(CLI::App& app);    // idealized retrieval model, gradient flow (cmd_theory.cpp)
+void add_train_command(CLI::App& app);     // train a preset; list presets (cmd_train.cpp)
+void add_launch_command(
+    CLI::App& app);                    // N data-parallel ranks of a command on this machine (cmd_launch.cpp)
+void add_eval_command(CLI::App& app);  // phase-stratified evaluation of a checkpoint (cmd_eval.cpp)
 void add_reproduce_command(CLI::App& app);  // the main job (cmd_reproduce.cpp)
 void add_study_command(CLI::App& app);      // the paper's grid across seeds, findings judged (cmd_study.cpp)
 void add_explain_command(CLI::App& app);    // knockouts, gate profiles, gate cycling (cmd_explain.cpp)

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   phasescope::add_kv_memory_command(app);
   phasescope::add_generate_command(app);
   phasescope::add_train_command(app);
+  phasescope::add_launch_command(app);
   phasescope::add_eval_command(app);
   phasescope::add_explain_command(app);
   phasescope::add_reproduce_command(app);

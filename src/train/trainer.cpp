@@ -22,6 +22,7 @@
 #include "core/io.h"
 #include "core/json_fields.h"
 #include "data/tasks.h"
+#include "dist/grad_sync.h"
 #include "model/checkpoint.h"
 #include "model/load.h"
 #include "train/gate_penalty.h"
@@ -72,7 +73,7 @@ json resume_identity(const Preset& p) {
 // `warm_start`: what the run's weights started from (train.init_from), or null; kept in every checkpoint.
 void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::AdamW& opt,
                      const Preset& preset, int64_t step, const TaskStream& stream, double loss,
-                     const json& warm_start = nullptr) {
+                     const json& warm_start = nullptr, int world_size = 1) {
   TensorMap tensors;
   json optim_steps = json::object();
   for (const auto& item : model.named_parameters()) {
@@ -92,6 +93,8 @@ void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::A
                  {"step", step},
                  {"optim_steps", optim_steps},
                  {"data_state", stream.state()},
+                 {"data_rows", step * preset.train.batch},  // rows of the global batch drawn so far
+                 {"world_size", world_size},
                  {"loss", loss},
                  {"model_hash", model_content_hash(model, preset)}};
   if (!warm_start.is_null()) header["warm_start"] = warm_start;
@@ -103,17 +106,6 @@ void save_checkpoint(const std::string& dir, DecoderImpl& model, torch::optim::A
 std::atomic<int> g_train_signal{0};
 extern "C" void train_on_signal(int sig) {
   if (g_train_signal.exchange(sig) != 0) std::_Exit(128 + sig);
-}
-
-// The first place two resume identities differ, as "path: checkpoint X, this run Y".
-std::string first_difference(const json& saved, const json& now) {
-  const json patch = json::diff(saved, now);
-  if (patch.empty()) return "";
-  const std::string path = patch[0].value("path", std::string("?"));
-  const json::json_pointer ptr(path);
-  const std::string was = saved.contains(ptr) ? saved.at(ptr).dump() : "(absent)";
-  const std::string is = now.contains(ptr) ? now.at(ptr).dump() : "(absent)";
-  return path + ": checkpoint " + was + ", this run " + is;
 }
 
 // Drop metrics rows past `step` (left by a run that stopped after logging but before its checkpoint)
@@ -159,6 +151,14 @@ std::vector<double> layer_grad_norms(DecoderImpl& model, int64_t n_layers) {
   }
   for (double& v : sq) v = std::sqrt(v);
   return sq;
+}
+
+// Positions with a target in `rows`: the tokens a step's loss averages over.
+int64_t scored_positions(const std::vector<Example>& rows) {
+  int64_t n = 0;
+  for (const Example& e : rows)
+    for (int64_t t : e.targets) n += t >= 0;
+  return n;
 }
 
 }  // namespace
@@ -265,16 +265,30 @@ Preset dense_warmup_preset(const Preset& preset) {
 }
 
 TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
-  auto log = opt.log ? opt.log : [](const std::string& s) {
-    fmt::print("{}\n", s);
-    std::fflush(stdout);
-  };
+  // data-parallel: this rank's place in the group; rank 0 alone logs and writes files
+  DistGroup* dist = opt.dist && opt.dist->env.enabled() ? opt.dist.get() : nullptr;
+  const int world = dist ? dist->size() : 1, rank = dist ? dist->rank() : 0;
+  const bool leader = rank == 0;
+  auto log = !leader   ? [](const std::string&) {}
+             : opt.log ? opt.log
+                       : [](const std::string& s) {
+                           fmt::print("{}\n", s);
+                           std::fflush(stdout);
+                         };
   Preset preset = preset_in;
   preset.model.vocab_size = task_vocab(preset.task).size();
   model_config_sync(preset.model, "preset " + preset.name);
   const TrainConfig& tc = preset.train;
+  if (tc.batch % world != 0)
+    fail("WORLD_SIZE",
+         fmt::format(
+             "is {}, which does not divide the global batch train.batch = {} of preset '{}' (every rank "
+             "trains on an equal slice of it)",
+             world, tc.batch, preset.name),
+         "start a number of ranks that divides train.batch, or set --batch to a multiple of the world size");
   io_make_dirs(opt.out_dir);
-  io_remove_stale_temps(opt.out_dir);  // writes a kill cut short, before any checkpoint existed too
+  if (leader)
+    io_remove_stale_temps(opt.out_dir);  // writes a kill cut short, before any checkpoint existed too
   const std::string ckpt = checkpoint_path(opt.out_dir);
 
   // model, optimizer and data stream from the seed
@@ -301,7 +315,9 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     if (resume_identity(saved) != resume_identity(preset))
       fail(ckpt,
            "holds a checkpoint of a different configuration than preset '" + preset.name +
-               "' (first difference at " + first_difference(resume_identity(saved), resume_identity(preset)) +
+               "' (first difference at " +
+               json_first_difference(resume_identity(saved), resume_identity(preset), "checkpoint",
+                                     "this run") +
                ")",
            "use another --out directory, or --fresh to start over");
     checkpoint_load_weights(*model, r.tensors, ckpt);
@@ -324,7 +340,13 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     step = r.header["step"].get<int64_t>();
     if (r.header.contains("warm_start")) warm_start = r.header["warm_start"];
     res.resumed = true;
-    log(fmt::format("resuming {} from step {} ({})", preset.name, step, ckpt));
+    const int saved_world = r.header.value("world_size", 1);
+    log(fmt::format("resuming {} from step {} ({}){}", preset.name, step, ckpt,
+                    saved_world != world
+                        ? fmt::format(", written by {} rank(s), now {}: the same global batch "
+                                      "of {} rows goes on",
+                                      saved_world, world, tc.batch)
+                        : std::string()));
   }
   // dense warm-up: the dense twin first (its own folder, resumable), unless this run already has a checkpoint
   std::string warm_from = tc.init_from;
@@ -369,16 +391,32 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
                     w.source, w.source_preset, w.source_step, w.source_hash, w.copied.size(), w.kept.size(),
                     w.kept.empty() ? "" : " (" + fmt::format("{}", fmt::join(w.kept, ", ")) + ")"));
   }
-  if (opt.fresh) {
+  // every rank must run the same thing from the same weights before any gradient is summed
+  std::unique_ptr<GradSync> grad_sync;
+  if (dist) {
+    const json identity = {{"preset", preset_to_json(preset)},
+                           {"out_dir", fs::absolute(opt.out_dir).lexically_normal().string()},
+                           {"fresh", opt.fresh},
+                           {"stop_after", opt.stop_after},
+                           {"start_step", step},
+                           {"model_hash", model_content_hash(*model, preset)}};
+    dist_check_identity(*dist, identity.dump(), "run (preset, seed, --out, starting checkpoint)");
+    grad_sync = std::make_unique<GradSync>(model->parameters(), opt.dist);
+    log(fmt::format("data-parallel: {} ranks, {} rows each of the global batch of {}, {} gradient buckets",
+                    world, tc.batch / world, tc.batch, grad_sync->n_buckets()));
+  }
+  if (opt.fresh && leader) {
     std::error_code ec;
     fs::remove(fs::path(opt.out_dir) / "metrics.jsonl", ec);
   }
-  tidy_for_resume(opt.out_dir, step);
+  if (leader) tidy_for_resume(opt.out_dir, step);
   if (tc.steps > 0 && tc.warmup >= tc.steps)
     log(fmt::format("warning: warmup ({} steps) >= steps ({}): the learning rate never reaches its peak {}",
                     tc.warmup, tc.steps, tc.lr));
-  io_write_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset).dump(2) + "\n");
-  std::ofstream metrics((fs::path(opt.out_dir) / "metrics.jsonl").string(), std::ios::app);
+  if (leader)
+    io_write_atomic((fs::path(opt.out_dir) / "config.json").string(), preset_to_json(preset).dump(2) + "\n");
+  std::ofstream metrics;
+  if (leader) metrics.open((fs::path(opt.out_dir) / "metrics.jsonl").string(), std::ios::app);
   log(fmt::format("training {}: {}", preset.name, model_describe(*model)));
 
   // the loop
@@ -416,6 +454,12 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     std::vector<Example> ex;
     for (int i = 0; i < tc.batch; ++i) ex.push_back(stream.next(step));
+    double share = 1.0;  // data-parallel: this rank's share of the global batch's scored positions
+    if (dist) {
+      const int64_t all = scored_positions(ex), per = tc.batch / world;
+      ex = std::vector<Example>(ex.begin() + rank * per, ex.begin() + (rank + 1) * per);
+      share = double(scored_positions(ex)) / double(std::max<int64_t>(all, 1));
+    }
     Batch b = make_batch(ex);
 
     optimizer.zero_grad();
@@ -439,12 +483,21 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
         }
       }
     }
-    const double lv = loss.item<double>();
+    double lv = loss.item<double>();
+    torch::Tensor objective = penalty.defined() ? loss + penalty : loss;  // penalty: weighted by its lambdas
+    if (dist) {  // summed over ranks: the global batch's mean loss, and the penalties' mean over ranks
+      std::vector<torch::Tensor> total{torch::tensor({lv * share}, torch::kFloat64)};
+      dist_allreduce_sum(*dist, total, fmt::format("loss all-reduce at step {}", step + 1));
+      lv = total[0].item<double>();
+      objective = loss * share + (penalty.defined() ? penalty / double(world) : torch::zeros_like(loss));
+    }
     if (!std::isfinite(lv)) {
       diverged(fmt::format("loss became {} at step {}", lv, step + 1));
       break;
     }
-    (penalty.defined() ? loss + penalty : loss).backward();  // penalty: already weighted by its lambdas
+    if (grad_sync) grad_sync->begin(fmt::format("gradient all-reduce at step {}", step + 1));
+    objective.backward();
+    if (grad_sync) grad_sync->finish();
     const bool log_row = (step + 1) % tc.log_every == 0 || step + 1 == end;
     const std::vector<double> layer_norms =
         log_row ? layer_grad_norms(*model, preset.model.n_layers) : std::vector<double>();
@@ -458,7 +511,7 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
     optimizer.step();
     ++step;
     res.loss = lv;
-    window_tokens += b.tokens.numel();  // rows are shorter under a length curriculum
+    window_tokens += b.tokens.numel() * world;  // rows are shorter under a length curriculum
 
     // progress, evaluation, checkpoint
     const bool last = step == end;
@@ -483,10 +536,29 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       t_window = now;
       window_tokens = 0;
     }
-    if (tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
+    const bool eval_now = tc.eval_every > 0 && (step % tc.eval_every == 0 || last);
+    if (eval_now && leader) {
       model->eval();
       res.eval_acc = heldout_accuracy(*model, preset, tc.eval_examples, tc.seed + 7919);
       model->train();
+    }
+    bool stop_now = opt.handle_signals && g_train_signal != 0;
+    bool stop_early = false;
+    if (opt.stop_when && leader) {
+      model->eval();
+      stop_early = opt.stop_when(*model, step);
+      model->train();
+    }
+    if (dist) {  // rank 0's evaluation and stop decision, and a signal any rank got, reach every rank
+      std::vector<torch::Tensor> c{torch::tensor(
+          {eval_now && leader ? res.eval_acc : 0.0, double(stop_early && leader), double(stop_now)},
+          torch::kFloat64)};
+      dist_allreduce_sum(*dist, c, fmt::format("step agreement at step {}", step));
+      if (eval_now) res.eval_acc = c[0][0].item<double>();
+      stop_early = c[0][1].item<double>() > 0;
+      stop_now = c[0][2].item<double>() > 0;
+    }
+    if (eval_now) {
       log(fmt::format("step {:>6}/{} held-out {} accuracy {:.3f} ({} examples)", step, tc.steps,
                       preset.task.task != "corpus"   ? preset.task.task
                       : preset.task.lookup_ratio > 0 ? "lookup (in context, rows mixed into training)"
@@ -495,16 +567,9 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
       if (row.is_null()) row = {{"step", step}};
       row["eval_acc"] = res.eval_acc;
     }
-    if (!row.is_null()) {
+    if (!row.is_null() && leader) {
       metrics << row.dump() << "\n";
       metrics.flush();
-    }
-    const bool stop_now = opt.handle_signals && g_train_signal != 0;
-    bool stop_early = false;
-    if (opt.stop_when) {
-      model->eval();
-      stop_early = opt.stop_when(*model, step);
-      model->train();
     }
     if (step % tc.ckpt_every == 0 || last || stop_now || stop_early) {
       bool finite = true;
@@ -513,7 +578,8 @@ TrainResult train_run(const Preset& preset_in, const TrainOptions& opt) {
         diverged(fmt::format("weights became non-finite by step {}", step));
         break;
       }
-      save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv, warm_start);
+      if (leader)
+        save_checkpoint(opt.out_dir, *model, optimizer, preset, step, stream, lv, warm_start, world);
       res.step = step;
     }
     if (stop_early) {

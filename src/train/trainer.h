@@ -4,6 +4,13 @@
 // and DIR/metrics.jsonl (one line per log/eval step). A NaN/Inf loss stops the run before the
 // optimizer step; the last good checkpoint stays. Resuming restores weights, optimizer moments,
 // RNG and data-stream state: N steps + resume + M steps == N + M steps straight, bit for bit.
+// Data-parallel (TrainOptions::dist, a c10d group of WORLD_SIZE ranks): every rank draws the same global
+// batch of train.batch rows from the same stream and trains on its own contiguous slice of it (rank r:
+// rows r*B/N .. (r+1)*B/N - 1), so the data position and the global batch do not depend on the world size.
+// Each rank's loss is weighted by its share of the batch's scored tokens and the gradients are summed
+// (dist/grad_sync.h), which gives the one-rank gradient up to fp32 summation order. Rank 0 alone writes
+// the checkpoint (it records the world size), config.json and metrics.jsonl, and runs the periodic
+// evaluation; a checkpoint resumes at any world size that divides train.batch.
 // Not here: phase-stratified evaluation (eval/), which reads the checkpoint this writes.
 #pragma once
 #include <cstdint>
@@ -12,6 +19,7 @@
 #include <vector>
 
 #include "data/tasks.h"
+#include "dist/dist.h"
 #include "model/config.h"
 #include "model/model.h"
 
@@ -38,6 +46,9 @@ struct TrainOptions {
   // accuracy reaches a target). A later train_run on the folder would go on training: callers record
   // that they stopped.
   std::function<bool(DecoderImpl& model, int64_t step)> stop_when;
+  // data-parallel training over this group (null or one rank: a single process); every rank calls
+  // train_run with the same preset and options, which a start-up check enforces
+  std::shared_ptr<DistGroup> dist;
 };
 
 struct TrainResult {
