@@ -6,7 +6,9 @@
 # the HTTP probe client's request rate against an instant local server (probe_bench), and decoding with
 # the compressed KV cache per kind (decode_bench: cache bytes per token, cached step vs whole forward);
 # then the plain per-call costs through Google Benchmark (micro_bench: the probe client's request body and
-# reply parse, the sgemm rate). Every bench prints aligned tables; their rows also go, one JSON object per
+# reply parse, the sgemm rate); and data-parallel scaling of train on the language-model preset
+# (dist_bench: 2 ranks x 1 thread vs 1 x 1, which builds the corpus first if runs/corpus lacks it).
+# Every bench prints aligned tables; their rows also go, one JSON object per
 # line, to build/bench-results.jsonl (bench/bench_common.h: --json FILE), micro_bench's to
 # build/micro_bench.json (Google Benchmark's own format).
 set -euo pipefail
@@ -18,7 +20,7 @@ if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install o
   $SUDO apt-get install -y -qq --no-install-recommends python3-torch
 fi
 bash scripts/build.sh --target attention_bench decode_bench runtime_bench train_bench tokenizer_bench serve_bench \
-  probe_bench micro_bench
+  probe_bench micro_bench dist_bench phasescope_cli
 bash scripts/js_reference.sh   # the real tokenizer.json files and the JS reference tokenizer_bench runs
 results=build/bench-results.jsonl   # appended to: one run line per bench, then its rows
 ./build/tokenizer_bench --json "$results"
@@ -28,5 +30,7 @@ results=build/bench-results.jsonl   # appended to: one run line per bench, then 
 ./build/decode_bench --json "$results"
 ./build/serve_bench --json "$results"
 ./build/probe_bench --json "$results"
+[ -f runs/corpus/manifest.json ] || ./build/phasescope corpus build --out runs/corpus
+./build/dist_bench --json "$results"
 ./build/micro_bench --benchmark_color=false --benchmark_out=build/micro_bench.json --benchmark_out_format=json
 echo "bench: rows in $results, micro_bench in build/micro_bench.json"

@@ -1,4 +1,5 @@
-// dist.cpp — see dist.h. Built with USE_C10D_GLOO (CMakeLists.txt), which c10d's Gloo header needs.
+// dist.cpp — see dist.h. c10d's Gloo header needs USE_C10D_GLOO, which Torch's CMake package defines, and
+// the Gloo headers of libgloo-dev.
 #include "dist/dist.h"
 
 #include <fmt/format.h>
