@@ -7,7 +7,8 @@
 # the compressed KV cache per kind (decode_bench: cache bytes per token, cached step vs whole forward);
 # then the plain per-call costs through Google Benchmark (micro_bench: the probe client's request body and
 # reply parse, the sgemm rate); and data-parallel scaling of train on the language-model preset
-# (dist_bench: 2 ranks x 1 thread vs 1 x 1, which builds the corpus first if runs/corpus lacks it).
+# (dist_bench: 2 ranks x 1 thread vs 1 x 1, which builds the corpus first if runs/corpus lacks it), and the
+# Python package against the C++ calls it wraps (bench/python_bench.py).
 # Every bench prints aligned tables; their rows also go, one JSON object per
 # line, to build/bench-results.jsonl (bench/bench_common.h: --json FILE), micro_bench's to
 # build/micro_bench.json (Google Benchmark's own format).
@@ -32,5 +33,7 @@ results=build/bench-results.jsonl   # appended to: one run line per bench, then 
 ./build/probe_bench --json "$results"
 [ -f runs/corpus/manifest.json ] || ./build/phasescope corpus build --out runs/corpus
 ./build/dist_bench --json "$results"
+bash scripts/build.sh phasescope_python
+PYTHONPATH=python PHASESCOPE_CLI=build/phasescope /usr/bin/python3 bench/python_bench.py --json "$results"
 ./build/micro_bench --benchmark_color=false --benchmark_out=build/micro_bench.json --benchmark_out_format=json
 echo "bench: rows in $results, micro_bench in build/micro_bench.json"

@@ -81,11 +81,11 @@ TEST(ClusterStudy, ShardsInOneSharedFolderOneKilledAndRerunEqualOneProcess) {
       << testutil::slurp(dir + "/shard2-rerun.log");
   // one aggregation over the shared folder, and a --merge of it into a fresh one
   std::vector<std::string> agg = {"--grid", grid,    "--seeds", "42,43",         "--samples",
-                                  "1152",    "--out", shared,    "--report-only", "--no-report"};
+                                  "1152",   "--out", shared,    "--report-only", "--no-report"};
   EXPECT_EQ(wait_exit(spawn_study(agg, dir + "/aggregate.log")), 0)
       << testutil::slurp(dir + "/aggregate.log");
   std::vector<std::string> merge = {"--grid",    grid,   "--seeds",    "42,43",
-                                    "--samples", "1152",  "--out",      dir + "/merged",
+                                    "--samples", "1152", "--out",      dir + "/merged",
                                     "--merge",   shared, "--no-report"};
   EXPECT_EQ(wait_exit(spawn_study(merge, dir + "/merge.log")), 0) << testutil::slurp(dir + "/merge.log");
   // one process, the whole grid
