@@ -399,3 +399,38 @@ TEST(Launch, StopsTheGroupWhenARankDiesAndReportsIt) {
   EXPECT_EQ(k.exit_code, 3);
   EXPECT_NE(k.failure.find("dying"), std::string::npos) << k.failure;
 }
+
+TEST(Launch, ForwardsSigtermSoEveryRankStopsAfterTheSameStepWithACheckpoint) {
+  const std::string dir = testutil::tmp_dir("launch-term");
+  const std::string preset = write_preset(dir, 400, 256, 8);
+  const std::string out = dir + "/run";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open((dir + "/launch.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    ::setenv("PHASESCOPE_THREADS", "1", 1);
+    execl(PHASESCOPE_CLI, PHASESCOPE_CLI, "launch", "--nproc", "2", "--", "train", "--preset", preset.c_str(),
+          "--out", out.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!fs::exists(out + "/metrics.jsonl") || metric_steps(out).size() < 12))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(metric_steps(out).size(), 12u) << testutil::slurp(dir + "/launch.log");
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  const std::string log = testutil::slurp(dir + "/launch.log");
+  ASSERT_TRUE(WIFEXITED(st)) << log;
+  EXPECT_EQ(WEXITSTATUS(st), 130) << log;
+  EXPECT_NE(log.find("[rank 0] interrupted by signal"), std::string::npos) << log;
+  // the checkpoint is the last logged step: every rank stopped after the same one
+  const int64_t last = metric_steps(out).back();
+  ASSERT_LT(last, 400);
+  EXPECT_EQ(checkpoint_read(checkpoint_path(out)).header.at("step").get<int64_t>(), last);
+  ASSERT_EQ(cli("launch --nproc 2 -- train --preset " + preset + " --out " + out, dir + "/rerun.log"), 0)
+      << testutil::slurp(dir + "/rerun.log");
+  EXPECT_EQ(metric_steps(out), one_to(400));
+}

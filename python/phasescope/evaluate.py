@@ -51,13 +51,15 @@ class Results:
 
 def evaluate(score_fn, task="lookup", protocol="prefix", samples=1152, residues=24, seed=1, out=None, *,
              preset=None, checkpoint=None, ids=None, pad=0, records=None, S=None, bootstrap=2000, model=None,
-             fresh=False):
-    """Accuracy by phase of the model behind score_fn (see the module's text). The layout's vocabulary
-    comes from exactly one of preset=, checkpoint= or ids= (your tokenizer's ids)."""
+             fresh=False, tokenizer=None, context=None):
+    """Accuracy by phase of the model behind score_fn (see the module's text). task="lookup": the layout's
+    vocabulary comes from exactly one of preset=, checkpoint= or ids= (your tokenizer's ids). task="needle":
+    the position-matched needle in tokenizer= (a tokenizer.json) tokens, `context` tokens per prompt (default
+    2048); score_fn may return any width V above the largest token id."""
     name = model or getattr(score_fn, "__qualname__", None) or type(score_fn).__name__
     s = _spec(task=task, protocol=protocol, samples=samples, residues=residues, seed=seed, preset=preset,
               checkpoint=checkpoint, ids=ids, pad=pad, records=records, S=S, bootstrap=int(bootstrap),
-              model=str(name), fresh=bool(fresh), report=False)
+              model=str(name), fresh=bool(fresh), report=False, tokenizer=tokenizer, context=context)
     tmp = None if out is not None else tempfile.mkdtemp(prefix="phasescope-evaluate-")
     try:
         text = _core.evaluate(score_fn, json.dumps(s), str(out) if out is not None else tmp)

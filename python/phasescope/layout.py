@@ -2,7 +2,9 @@
 
 layout(preset=... | checkpoint=... | ids=dict(bos, size, keys, names, fillers), task="lookup",
 protocol="prefix" | "in-sequence", samples, residues, seed) builds exactly the prompts `phasescope eval`
-scores: each base example at every residue r = target position mod R, the residue groups matched in the
+scores; layout(task="needle", tokenizer="tokenizer.json", context=N, residues, samples, seed) the
+position-matched needle of `phasescope probe needle` in that tokenizer's tokens (vocab_size None). The lookup
+prompts are: each base example at every residue r = target position mod R, the residue groups matched in the
 mean and spread of the target's position. `ids` takes token ids from your own tokenizer (single-token
 keys and names, neutral fillers, the BOS id and the vocabulary size V).
 """
@@ -39,7 +41,7 @@ class Layout:
 
 
 def spec(task="lookup", protocol="prefix", samples=1152, residues=24, seed=1, preset=None, checkpoint=None,
-         ids=None, pad=0, records=None, S=None, **extra):
+         ids=None, pad=0, records=None, S=None, tokenizer=None, context=None, **extra):
     s = {"task": task, "protocol": protocol, "samples": int(samples), "residues": int(residues),
          "seed": int(seed), "pad": int(pad)}
     if records is not None:  # default: the preset's records (64 with ids=)
@@ -52,6 +54,10 @@ def spec(task="lookup", protocol="prefix", samples=1152, residues=24, seed=1, pr
         s["ids"] = {k: (list(map(int, v)) if isinstance(v, (list, tuple)) else int(v)) for k, v in ids.items()}
     if S is not None:
         s["S"] = int(S)
+    if tokenizer is not None:  # the needle, in that tokenizer's tokens
+        s["tokenizer"] = str(tokenizer)
+    if context is not None:
+        s["context"] = int(context)
     s.update(extra)
     return s
 

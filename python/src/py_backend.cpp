@@ -16,6 +16,8 @@
 #include "eval/runner.h"
 #include "model/config.h"
 #include "model/load.h"
+#include "probe/local_tokenizer_source.h"
+#include "probe/needle.h"
 
 namespace py = pybind11;
 
@@ -56,7 +58,8 @@ class PyBackend : public Backend {
       } catch (py::error_already_set& e) {
         error = std::string("score_fn raised ") + e.what();
       }
-      if (error.empty() && (logp.dim() != 2 || logp.size(0) != int64_t(idx.size()) || logp.size(1) != vocab_))
+      if (error.empty() && (logp.dim() != 2 || logp.size(0) != int64_t(idx.size()) ||
+                            (vocab_ > 0 ? logp.size(1) != vocab_ : logp.size(1) <= max_token(batch, idx))))
         error = fmt::format(
             "score_fn returned shape {}, expected [B = {}, V = {}] (log-probabilities of the next "
             "token after each row's last token, over the layout's vocabulary)",
@@ -71,7 +74,8 @@ class PyBackend : public Backend {
         continue;
       }
       logp = logp.detach().cpu();
-      auto top = logp.topk(std::min<int64_t>(5, vocab_), -1);
+      const int64_t V = logp.size(1);
+      auto top = logp.topk(std::min<int64_t>(5, V), -1);
       auto tv = std::get<0>(top), ti = std::get<1>(top);
       for (size_t r = 0; r < idx.size(); ++r) {
         ScoreResult& s = out[idx[r]];
@@ -79,7 +83,7 @@ class PyBackend : public Backend {
         for (int64_t k = 0; k < ti.size(1); ++k)
           s.topk.push_back({int(ti[int64_t(r)][k].item<int64_t>()), tv[int64_t(r)][k].item<double>()});
         const int a = batch[idx[r]].answer;
-        if (a >= 0 && a < vocab_) s.answer_logprob = logp[int64_t(r)][a].item<double>();
+        if (a >= 0 && a < V) s.answer_logprob = logp[int64_t(r)][a].item<double>();
         s.ms = ms;
       }
     }
@@ -87,6 +91,16 @@ class PyBackend : public Backend {
   }
 
  private:
+  // the largest token id of the group's prompts and answers: a width V must exceed it (needle: V unknown)
+  static int64_t max_token(const std::vector<ScoreRequest>& batch, const std::vector<size_t>& idx) {
+    int64_t m = 0;
+    for (size_t i : idx) {
+      for (int t : batch[i].tokens) m = std::max<int64_t>(m, t);
+      m = std::max<int64_t>(m, batch[i].answer);
+    }
+    return m;
+  }
+
   py::function fn_;
   std::string model_;
   int vocab_;
@@ -97,7 +111,7 @@ EvalOptions options_of(const json& s) {
   const std::string where = "phasescope.evaluate";
   const std::string task = json_get_or<std::string>(s, "task", "lookup", where, "task=\"lookup\"");
   if (task != "lookup")
-    fail(where + " task", "'" + task + "' is not available in Python yet", "use task=\"lookup\"");
+    fail(where + " task", "'" + task + "' is not lookup here", "a bug: needle has its own path");
   const PadProtocol protocol = pad_protocol_parse(
       json_get_or<std::string>(s, "protocol", "prefix", where, "prefix | in-sequence"), "protocol");
   const int64_t samples = json_get_or<int64_t>(s, "samples", 1152, where, "a positive number of prompts");
@@ -166,11 +180,51 @@ EvalOptions options_of(const json& s) {
   return opt;
 }
 
+bool is_needle(const json& s) {
+  const std::string task = json_get_or<std::string>(s, "task", "lookup", "phasescope", "lookup | needle");
+  if (task != "lookup" && task != "needle")
+    fail("phasescope task", "'" + task + "' is not a task", "use task=\"lookup\" or task=\"needle\"");
+  return task == "needle";
+}
+
+// The needle in a tokenizer's own tokens (probe/needle.h), as `probe needle --tokenizer` builds it.
+NeedleDesign needle_of(const json& s) {
+  const std::string where = "phasescope needle";
+  if (!json_present(s, "tokenizer"))
+    fail(where, "task=\"needle\" needs tokenizer= (a tokenizer.json path, or a folder holding one)",
+         "pass the tokenizer of the model you evaluate");
+  NeedleSpec spec;
+  spec.R = json_get_or<int>(s, "residues", 8, where, "residues in [2, 512]");
+  const int64_t samples = json_get_or<int64_t>(s, "samples", 1152, where, "prompts");
+  spec.samples_per_group = int(std::max<int64_t>(1, (samples + spec.R - 1) / spec.R));
+  spec.context = json_get_or<int64_t>(s, "context", 2048, where, "tokens per prompt");
+  spec.seed = json_get_or<uint64_t>(s, "seed", 1, where, "an integer seed");
+  const auto ts = local_tokenizer_open(json_get<std::string>(s, "tokenizer", where, "a tokenizer.json path"));
+  return needle_build(spec, *ts, nullptr);
+}
+
 }  // namespace
 
 std::string py_layout(const std::string& spec_json) {
-  const EvalOptions opt =
-      options_of(json_parse_or_fail(spec_json, "phasescope.layout spec", "a bug in phasescope"));
+  const json spec = json_parse_or_fail(spec_json, "phasescope.layout spec", "a bug in phasescope");
+  if (is_needle(spec)) {
+    const NeedleDesign d = needle_of(spec);
+    json out = {
+        {"vocab_size", nullptr}, {"R", d.spec.R}, {"S", json_get_or<int>(spec, "S", 8, "phasescope", "S")}};
+    json& samples = out["samples"] = json::array();
+    for (int64_t id = 0; id < d.samples(); ++id) {
+      const ScoringSample x = needle_render(d, id, "layout");
+      samples.push_back({{"id", id},
+                         {"base", id / d.spec.R},
+                         {"residue", x.rec.residue},
+                         {"target_pos", x.rec.target_pos},
+                         {"answer", x.answer.front()},
+                         {"answer_tokens", x.answer},
+                         {"tokens", x.prompt}});
+    }
+    return out.dump();
+  }
+  const EvalOptions opt = options_of(spec);
   const LayoutDesign d = layout_build(opt.layout);
   json out = {{"vocab_size", opt.layout.task.vocab.size()}, {"R", opt.layout.R}, {"S", opt.S}};
   json& samples = out["samples"] = json::array();
@@ -186,6 +240,22 @@ std::string py_layout(const std::string& spec_json) {
 
 std::string py_evaluate(py::function score_fn, const std::string& spec_json, const std::string& out_dir) {
   const json spec = json_parse_or_fail(spec_json, "phasescope.evaluate spec", "a bug in phasescope");
+  if (is_needle(spec)) {
+    const NeedleDesign d = needle_of(spec);
+    NeedleRunOptions o;
+    o.model = json_get_or<std::string>(spec, "model", "model", "phasescope.evaluate", "a name");
+    o.S = json_get_or<int>(spec, "S", 8, "phasescope.evaluate", "the stride accuracy is folded by");
+    o.bootstrap = json_get_or<int>(spec, "bootstrap", 2000, "phasescope.evaluate", "bootstrap replicates");
+    o.fresh = json_get_or<bool>(spec, "fresh", false, "phasescope.evaluate", "true or false");
+    o.report = false;
+    PyBackend backend(std::move(score_fn), o.model, -1);
+    EvalResults r;
+    {
+      py::gil_scoped_release release;
+      r = needle_run(backend, d, o, out_dir);
+    }
+    return results_to_json(r).dump();
+  }
   const EvalOptions opt = options_of(spec);
   PyBackend backend(std::move(score_fn), opt.model, opt.layout.task.vocab.size());
   EvalResults r;

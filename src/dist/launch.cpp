@@ -222,7 +222,7 @@ LaunchResult launch_local(const LaunchOptions& opt) {
       drain(r.err_fd, r.err_buf, k, true, r, opt, true);
       r.done = true;
       r.code = exit_code(status);
-      if (r.code != 0 && res.failed_rank < 0) {
+      if (r.code != 0 && res.failed_rank < 0 && !res.interrupted) {  // after our signal, exits are expected
         res.failed_rank = k;
         res.exit_code = r.code;
         std::string tail;
