@@ -239,7 +239,7 @@ TEST(AuditInvariance, OurServePassesWithBatchingForced) {
 
 // The audit end to end over HTTP: the needle in the server's tokens, the four checks, one card that gate
 // reads. A mock engine that pools pads when batched fails batch-invariance and nothing else.
-PhaseCard audit_card(MockEngine& e, const std::string& name) {
+PhaseCard audit_card(MockEngine& e, const std::string& name, std::string* out_dir = nullptr) {
   ProbeConnectOptions co;
   co.http = http_options(e.server.url());
   co.api.model = "fake-model";
@@ -252,6 +252,7 @@ PhaseCard audit_card(MockEngine& e, const std::string& name) {
   o.given.context = true;
   o.invariance_probes = 32;
   o.query_probes = 16;
+  if (out_dir) *out_dir = o.out;
   return audit_run(c, o);
 }
 
@@ -274,8 +275,15 @@ TEST(AuditRun, OneCardHoldsEveryCheckAndGateReadsIt) {
   EXPECT_TRUE(gate_failures(ok, g).empty());
 
   MockEngine pads(Fault::BatchPads);
-  const PhaseCard bad = audit_card(pads, "audit_pads");
+  std::string bad_dir;
+  const PhaseCard bad = audit_card(pads, "audit_pads", &bad_dir);
   EXPECT_EQ(verdict(bad, "batch-invariance"), "fail") << bad.checks.dump();
+  // card.html: the same card as a page, every check with its verdict and rule, the phases with their bars
+  const std::string html = testutil::slurp(bad_dir + "/card.html");
+  for (const char* s :
+       {"batch-invariance</td><td><b style=\"color:#b02a2a\">fail</b>", "query-phase", "Rules and figures",
+        "Accuracy by phase (period 4", "Where the grid starts", "probe_prompt_sha256"})
+    EXPECT_NE(html.find(s), std::string::npos) << s;
   for (const char* n : {"needle-phase", "prefix-cache-invariance", "query-phase"})
     EXPECT_EQ(verdict(bad, n), "pass") << n << ": " << bad.checks.dump();
   const std::vector<std::string> f = gate_failures(bad, g);

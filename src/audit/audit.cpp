@@ -14,6 +14,7 @@
 #include "core/io.h"
 #include "core/json_fields.h"
 #include "core/sha256.h"
+#include "eval/card_report.h"
 #include "eval/results.h"
 
 namespace phasescope {
@@ -136,6 +137,7 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
                      {"probe_prompt_sha256", hashes},
                      {"commit", build_commit()}};
   card_write(card, opt.out + "/card.json");
+  card_write_html(card, opt.out + "/card.html");
   return card;
 }
 

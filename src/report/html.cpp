@@ -70,13 +70,13 @@ std::string html_png(const std::string& png_path, const std::string& alt) {
 }
 
 std::string html_table(const std::vector<std::string>& header,
-                       const std::vector<std::vector<std::string>>& rows) {
+                       const std::vector<std::vector<std::string>>& rows, bool escape_cells) {
   std::string out = "<table>\n<tr>";
   for (const auto& h : header) out += "<th>" + html_escape(h) + "</th>";
   out += "</tr>\n";
   for (const auto& row : rows) {
     out += "<tr>";
-    for (const auto& cell : row) out += "<td>" + html_escape(cell) + "</td>";
+    for (const auto& cell : row) out += "<td>" + (escape_cells ? html_escape(cell) : cell) + "</td>";
     out += "</tr>\n";
   }
   return out + "</table>\n";

@@ -30,7 +30,7 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--seed", a->opt.needle.seed, "seed of the needle's records and shifts")
       ->capture_default_str();
   cmd->add_flag("--fresh", a->opt.fresh, "start the needle's journal over");
-  cmd->add_option("--out", a->opt.out, "output directory (card.json, needle/)")->required();
+  cmd->add_option("--out", a->opt.out, "output directory (card.json, card.html, needle/)")->required();
   cmd->callback([a, cmd] {
     std::cout << "runtime: " << runtime_describe(runtime_init()) << "\n";
     ProbeConnectOptions co = http_connect_options(a->http);
@@ -40,7 +40,7 @@ void add_audit_command(CLI::App& app) {
     a->opt.tokenizer_path = a->http.tokenizer;
     a->opt.log = &std::cout;
     const PhaseCard card = audit_run(c, a->opt);
-    std::cout << audit_summary(card) << "wrote " << a->opt.out << "/card.json\n";
+    std::cout << audit_summary(card) << "wrote " << a->opt.out << "/card.json, card.html\n";
   });
 }
 
