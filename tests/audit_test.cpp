@@ -204,37 +204,54 @@ TEST(AuditInvariance, TheCleanEngineRaisesNoFalseAlarmOverTwentySeeds) {
   EXPECT_EQ(qp_alarms, 0);
 }
 
-// phasescope serve over a compressed kind (W8/S8), batching forced (a wide batch window): the engine pads
-// right and caches nothing across requests, so both checks pass.
-TEST(AuditInvariance, OurServePassesWithBatchingForced) {
-  ServeOptions so = testing_serve::local_options(testing_serve::tiny_checkpoint("audit_serve"));
-  so.max_batch = 32;
-  so.batch_window_ms = 20;
-  Server server(so);
-  HttpPool pool(http_options(server.url()));
-  OpenAIOptions api;
-  api.model = server.model_id();
-  api.batch = 256;
-  const Vocab v = task_vocab(testing_serve::tiny_preset().task);
-  api.bos_id = v.bos();
-  HttpBackend b(pool, api, nullptr);
-  std::vector<InvarianceProbe> ps;
-  std::mt19937_64 rng(3);
-  for (int i = 0; i < 24; ++i) {
-    InvarianceProbe p;
-    p.prompt.push_back(v.bos());
-    const int len = 40 + int(rng() % 30);
-    while (int(p.prompt.size()) < len)
-      p.prompt.push_back(rng() % 3 == 0 ? v.filler(int(rng() % 4)) : v.key(int(rng() % 16)));
-    p.answer = v.name(int(rng() % 16));
-    p.sibling.assign(p.prompt.begin(), p.prompt.begin() + std::ptrdiff_t(3 * p.prompt.size() / 4));
-    while (p.sibling.size() < p.prompt.size()) p.sibling.push_back(v.name(3));
-    ps.push_back(p);
+// phasescope serve over every attention kind (the tiny W8/S8 model with each kind in every layer, step-0
+// weights), batching forced (a wide batch window): the engine pads right and caches nothing across requests,
+// so both checks pass for each.
+TEST(AuditInvariance, OurServePassesForEveryKindWithBatchingForced) {
+  for (AttnKind kind : attn_all_kinds()) {
+    SCOPED_TRACE(attn_kind_name(kind));
+    Preset p = testing_serve::tiny_preset();
+    for (AttnConfig& a : p.model.layers) {
+      const AttnConfig shared = a;
+      a = attn_config_default(kind);
+      a.d_model = shared.d_model;
+      a.n_heads = shared.n_heads;
+      a.head_dim = shared.head_dim;
+      a.n_kv_heads = attn_is_ds(a) ? 1 : shared.n_kv_heads;
+    }
+    p.name = "tiny-" + attn_kind_name(kind);
+    p = preset_from_json(preset_to_json(p), "audit test preset " + p.name);
+    const std::string dir = testutil::tmp_dir("audit_serve");
+    train_write_init(p, dir);
+    ServeOptions so = testing_serve::local_options(dir);
+    so.max_batch = 32;
+    so.batch_window_ms = 20;
+    Server server(so);
+    HttpPool pool(http_options(server.url()));
+    OpenAIOptions api;
+    api.model = server.model_id();
+    api.batch = 256;
+    const Vocab v = task_vocab(p.task);
+    api.bos_id = v.bos();
+    HttpBackend b(pool, api, nullptr);
+    std::vector<InvarianceProbe> ps;
+    std::mt19937_64 rng(3);
+    for (int i = 0; i < 24; ++i) {
+      InvarianceProbe pr;
+      pr.prompt.push_back(v.bos());
+      const int len = 40 + int(rng() % 30);
+      while (int(pr.prompt.size()) < len)
+        pr.prompt.push_back(rng() % 3 == 0 ? v.filler(int(rng() % 4)) : v.key(int(rng() % 16)));
+      pr.answer = v.name(int(rng() % 16));
+      pr.sibling.assign(pr.prompt.begin(), pr.prompt.begin() + std::ptrdiff_t(3 * pr.prompt.size() / 4));
+      while (pr.sibling.size() < pr.prompt.size()) pr.sibling.push_back(v.name(3));
+      ps.push_back(pr);
+    }
+    const InvarianceReport r = audit_invariance(b, ps, InvarianceOptions{});
+    EXPECT_EQ(r.batch.verdict, "pass") << r.batch.reason;
+    EXPECT_EQ(r.prefix_cache.verdict, "pass") << r.prefix_cache.reason;
+    EXPECT_LT(r.batch.max_diff, 1e-4);  // right-padded batches equal one by one (docs/serve.md: ~5e-7)
   }
-  const InvarianceReport r = audit_invariance(b, ps, InvarianceOptions{});
-  EXPECT_EQ(r.batch.verdict, "pass") << r.batch.reason;
-  EXPECT_EQ(r.prefix_cache.verdict, "pass") << r.prefix_cache.reason;
-  EXPECT_LT(r.batch.max_diff, 1e-4);  // right-padded batches equal one by one (docs/serve.md: ~5e-7)
 }
 
 // The audit end to end over HTTP: the needle in the server's tokens, the four checks, one card that gate
