@@ -99,3 +99,19 @@ TEST(ClusterStudy, ShardsInOneSharedFolderOneKilledAndRerunEqualOneProcess) {
   EXPECT_EQ(m["runs"], b["runs"]);
   EXPECT_EQ(a["findings"].dump(), b["findings"].dump());
 }
+
+// a shard whose run fails exits non-zero, so that the scheduler sees it (and retries that index)
+TEST(ClusterStudy, AShardWithAFailedRunExitsNonZero) {
+  const std::string dir = testutil::tmp_dir("cluster-fail");
+  const std::string grid = dir + "/grid.json";
+  io_write_atomic(grid, R"({"name": "cluster-fail", "toy": true, "runs": [
+    {"preset": "w8s8-1kv", "seeds": 1, "family": "seeds", "paper": "W8/S8 · 1 KV"}]})");
+  // 48 prompts at 24 residues: two base examples, too few for matched residue groups; the run fails
+  const int rc = wait_exit(
+      spawn_study({"--grid", grid, "--seeds", "42", "--samples", "48", "--out", dir + "/out", "--no-report"},
+                  dir + "/log"));
+  const std::string log = testutil::slurp(dir + "/log");
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_NE(log.find("1 of this invocation's runs failed"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(dir + "/out/study.json"));  // the aggregate is still written
+}

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "core/check.h"
 #include "core/runtime.h"
 #include "jobs/study.h"
 #include "tools/commands.h"
@@ -58,6 +59,11 @@ void add_study_command(CLI::App& app) {
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
     const StudyResult r = study_run(*opt);
     fmt::print("wrote {}/study.json, runs.csv, phases.csv{}\n", r.out, opt->report ? ", report.html" : "");
+    if (!r.failed.empty())  // a scheduler retries an index only when it exits non-zero (docs/cluster.md)
+      fail("study",
+           fmt::format("{} of this invocation's runs failed (first: {}: {})", r.failed.size(),
+                       r.failed[0].first, r.failed[0].second),
+           "fix the cause and run the same command again: finished runs keep their rows, the rest resume");
   });
 }
 
