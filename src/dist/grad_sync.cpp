@@ -57,11 +57,16 @@ void GradSync::on_grad(size_t k, const torch::Tensor& grad) {
   const auto [bi, slot] = where_[k];
   Bucket& b = buckets_[bi];
   torch::NoGradGuard no_grad;
-  b.flat.narrow(0, b.offset[slot], params_[k].numel()).copy_(grad.reshape({-1}));
-  if (!got_[k]) {
-    got_[k] = true;
-    ++b.ready;
+  torch::Tensor slice = b.flat.narrow(0, b.offset[slot], params_[k].numel());
+  if (got_[k]) {  // a second gradient for the same parameter in one backward (autograd sums them first, so
+                  // this is defensive): add it, unless its bucket has already been sent, which is a bug
+    PS_ASSERT(bi >= next_launch_, "GradSync: a gradient arrived after its bucket's all-reduce started");
+    slice.add_(grad.reshape({-1}));
+    return;
   }
+  slice.copy_(grad.reshape({-1}));
+  got_[k] = true;
+  ++b.ready;
   launch_ready();
 }
 
