@@ -2,11 +2,9 @@
 // processes into one shared folder, as a Slurm array or a Kubernetes Indexed Job starts them, one of them
 // killed mid-run and started again, then one aggregation; the rows equal those of one process running the
 // whole grid.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -24,25 +22,12 @@ using json = nlohmann::json;
 namespace {
 
 // `phasescope study ARGS` as a child process, one compute thread, output to `log`.
-pid_t spawn_study(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  ::setenv("PHASESCOPE_THREADS", "1", 1);
-  std::vector<char*> argv{const_cast<char*>(PHASESCOPE_CLI), const_cast<char*>("study")};
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(PHASESCOPE_CLI, argv.data());
-  _exit(127);
+pid_t spawn_study(std::vector<std::string> args, const std::string& log) {
+  args.insert(args.begin(), "study");
+  return testutil::spawn_logged(PHASESCOPE_CLI, args, {{"PHASESCOPE_THREADS", "1"}}, log);
 }
 
-int wait_exit(pid_t pid) {
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+using testutil::wait_exit;
 
 }  // namespace
 

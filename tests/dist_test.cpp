@@ -5,12 +5,10 @@
 // In-process groups are threads (one Gloo group member each); the CLI tests start real processes.
 #include "dist/dist.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -119,29 +117,20 @@ struct Net {
 int cli(const std::string& args, const std::string& log, const std::string& env = "") {
   const std::string cmd =
       env + " PHASESCOPE_THREADS=1 " + std::string(PHASESCOPE_CLI) + " " + args + " > " + log + " 2>&1";
-  const int st = std::system(cmd.c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return testutil::exit_code_of(std::system(cmd.c_str()));
 }
 
 // One rank of `phasescope train` as its own process, with the group's variables; stdout+stderr to `log`.
 pid_t spawn_rank(const std::vector<std::string>& args, int rank, int world, int port,
                  const std::string& log) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  ::setenv("PHASESCOPE_THREADS", "1", 1);
-  ::setenv("PHASESCOPE_DIST_TIMEOUT", "60", 1);
-  std::vector<char*> argv{const_cast<char*>(PHASESCOPE_CLI)};
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(PHASESCOPE_CLI, argv.data());
-  _exit(127);
+  return testutil::spawn_logged(PHASESCOPE_CLI, args,
+                                {{"WORLD_SIZE", std::to_string(world)},
+                                 {"RANK", std::to_string(rank)},
+                                 {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(port)},
+                                 {"PHASESCOPE_THREADS", "1"},
+                                 {"PHASESCOPE_DIST_TIMEOUT", "60"}},
+                                log);
 }
 
 // The tiny W8/S8 preset as a file: `steps` steps, a checkpoint every 5, a metrics row every step, and a
@@ -182,6 +171,15 @@ std::vector<int64_t> metric_steps(const std::string& dir) {
   for (const std::string& line : io_read_lines(dir + "/metrics.jsonl"))
     if (!line.empty()) s.push_back(json::parse(line).at("step").get<int64_t>());
   return s;
+}
+
+// Waits (up to 120 s) until DIR/metrics.jsonl has at least n rows; returns how many it has.
+size_t wait_for_rows(const std::string& dir, size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!fs::exists(dir + "/metrics.jsonl") || metric_steps(dir).size() < n))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return fs::exists(dir + "/metrics.jsonl") ? metric_steps(dir).size() : 0;
 }
 
 std::vector<int64_t> one_to(int64_t n) {
@@ -342,20 +340,14 @@ TEST(DistTrainCli, AKilledRankFailsTheGroupCleanlyAndTheRerunLosesNoRow) {
   const pid_t r0 = spawn_rank(args, 0, 2, port, dir + "/r0.log");
   const pid_t r1 = spawn_rank(args, 1, 2, port, dir + "/r1.log");
   // wait until a checkpoint is behind us (step 12 logged), then kill rank 1 mid-run
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline &&
-         (!fs::exists(out + "/metrics.jsonl") || metric_steps(out).size() < 12))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_GE(metric_steps(out).size(), 12u) << testutil::slurp(dir + "/r0.log");
+  ASSERT_GE(wait_for_rows(out, 12), 12u) << testutil::slurp(dir + "/r0.log");
   kill(r1, SIGKILL);
-  int st1 = 0, st0 = 0;
-  waitpid(r1, &st1, 0);
+  testutil::wait_exit(r1);
   const auto t_kill = std::chrono::steady_clock::now();
-  waitpid(r0, &st0, 0);
+  const int code0 = testutil::wait_exit(r0);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count();
   const std::string log0 = testutil::slurp(dir + "/r0.log");
-  ASSERT_TRUE(WIFEXITED(st0)) << log0;
-  EXPECT_EQ(WEXITSTATUS(st0), 1) << log0;
+  ASSERT_EQ(code0, 1) << log0;
   EXPECT_NE(log0.find("rerun the same command to resume"), std::string::npos) << log0;
   EXPECT_LT(waited, 60.0) << "rank 0 must not hang on a dead peer";
   const int64_t killed_at = metric_steps(out).back();
@@ -404,27 +396,14 @@ TEST(Launch, ForwardsSigtermSoEveryRankStopsAfterTheSameStepWithACheckpoint) {
   const std::string dir = testutil::tmp_dir("launch-term");
   const std::string preset = write_preset(dir, 400, 256, 8);
   const std::string out = dir + "/run";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = ::open((dir + "/launch.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    ::setenv("PHASESCOPE_THREADS", "1", 1);
-    execl(PHASESCOPE_CLI, PHASESCOPE_CLI, "launch", "--nproc", "2", "--", "train", "--preset", preset.c_str(),
-          "--out", out.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline &&
-         (!fs::exists(out + "/metrics.jsonl") || metric_steps(out).size() < 12))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_GE(metric_steps(out).size(), 12u) << testutil::slurp(dir + "/launch.log");
+  const pid_t pid = testutil::spawn_logged(
+      PHASESCOPE_CLI, {"launch", "--nproc", "2", "--", "train", "--preset", preset, "--out", out},
+      {{"PHASESCOPE_THREADS", "1"}}, dir + "/launch.log");
+  ASSERT_GE(wait_for_rows(out, 12), 12u) << testutil::slurp(dir + "/launch.log");
   kill(pid, SIGTERM);
-  int st = 0;
-  waitpid(pid, &st, 0);
+  const int code = testutil::wait_exit(pid);
   const std::string log = testutil::slurp(dir + "/launch.log");
-  ASSERT_TRUE(WIFEXITED(st)) << log;
-  EXPECT_EQ(WEXITSTATUS(st), 130) << log;
+  ASSERT_EQ(code, 130) << log;
   EXPECT_NE(log.find("[rank 0] interrupted by signal"), std::string::npos) << log;
   // the checkpoint is the last logged step: every rank stopped after the same one
   const int64_t last = metric_steps(out).back();

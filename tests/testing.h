@@ -1,9 +1,12 @@
 // testing.h — what many test files need, in one copy: fresh temporary folders, reading a file whole,
-// the message of the phasescope::Error a call throws, and a tiny version of a preset that trains in
+// the message of the phasescope::Error a call throws, child processes with their output in a file, and a
+// tiny version of a preset that trains in
 // well under a second per step. Header-only; tests include it after gtest.
 // Not here: fakes of a particular module (eval_testing.h: backends; serve_testing.h: servers).
 #pragma once
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "data/tasks.h"
@@ -46,6 +51,36 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// `program args...` as a child process with `env` added to its environment, its stdout and stderr to `log`;
+// returns its pid (wait for it with wait_exit).
+inline pid_t spawn_logged(const std::string& program, const std::vector<std::string>& args,
+                          const std::vector<std::pair<std::string, std::string>>& env,
+                          const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(fd, 1);
+  ::dup2(fd, 2);
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> argv{const_cast<char*>(program.c_str())};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(program.c_str(), argv.data());
+  ::_exit(127);
+}
+
+// A wait status (waitpid, std::system) as an exit code: the process's own, or 128 + the signal that ended it.
+inline int exit_code_of(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Waits for the child pid; its exit_code_of.
+inline int wait_exit(pid_t pid) {
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return exit_code_of(st);
 }
 
 // A preset shrunk for tests: d = 32, head dim 8, 16 records of 4 demos in 96-token rows, batch 4,

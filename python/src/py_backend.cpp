@@ -106,8 +106,9 @@ class PyBackend : public Backend {
   int vocab_;
 };
 
-// The evaluation options a spec describes (the same as `eval` for a preset or checkpoint).
-EvalOptions options_of(const json& s) {
+// The evaluation options a spec describes (the same as `eval` for a preset or checkpoint). `loaded`: the
+// spec's checkpoint when the caller has loaded it already (its preset is read from there, not the file).
+EvalOptions options_of(const json& s, const LoadedModel* loaded = nullptr) {
   const std::string where = "phasescope.evaluate";
   const std::string task = json_get_or<std::string>(s, "task", "lookup", where, "task=\"lookup\"");
   if (task != "lookup")
@@ -157,6 +158,7 @@ EvalOptions options_of(const json& s) {
   } else {
     const Preset p =
         has_preset ? preset_load(json_get<std::string>(s, "preset", where, "a preset name or file"))
+        : loaded   ? loaded->preset
                    : model_load(json_get<std::string>(s, "checkpoint", where, "a checkpoint folder")).preset;
     opt = eval_options_for(p, protocol, samples, R, seed);
     if (json_present(s, "records")) {  // a shorter lookup than the preset's, e.g. for a small model
@@ -238,6 +240,22 @@ std::string py_layout(const std::string& spec_json) {
   return out.dump();
 }
 
+namespace {
+
+// Run (or resume) the lookup evaluation into out_dir with the GIL released (a Python backend takes it back
+// for each call), write its card; results.json's text.
+std::string run_lookup(Backend& backend, const EvalOptions& opt, const std::string& out_dir) {
+  EvalResults r;
+  {
+    py::gil_scoped_release release;
+    r = run_eval(backend, opt, out_dir);
+    eval_write_card(r, opt, out_dir + "/card.json");
+  }
+  return results_to_json(r).dump();
+}
+
+}  // namespace
+
 std::string py_evaluate(py::function score_fn, const std::string& spec_json, const std::string& out_dir) {
   const json spec = json_parse_or_fail(spec_json, "phasescope.evaluate spec", "a bug in phasescope");
   if (is_needle(spec)) {
@@ -258,28 +276,17 @@ std::string py_evaluate(py::function score_fn, const std::string& spec_json, con
   }
   const EvalOptions opt = options_of(spec);
   PyBackend backend(std::move(score_fn), opt.model, opt.layout.task.vocab.size());
-  EvalResults r;
-  {
-    py::gil_scoped_release release;  // the engine calls back into Python with the GIL re-acquired
-    r = run_eval(backend, opt, out_dir);
-    eval_write_card(r, opt, out_dir + "/card.json");
-  }
-  return results_to_json(r).dump();
+  return run_lookup(backend, opt, out_dir);
 }
 
 std::string py_evaluate_checkpoint(const std::string& spec_json, const std::string& out_dir) {
   const json spec = json_parse_or_fail(spec_json, "phasescope.evaluate spec", "a bug in phasescope");
   if (!json_present(spec, "checkpoint"))
     fail("phasescope evaluate_checkpoint", "needs checkpoint=", "pass the checkpoint folder");
-  const EvalOptions opt = options_of(spec);
-  ModelBackend backend(model_load(spec["checkpoint"].get<std::string>()), opt.model);
-  EvalResults r;
-  {
-    py::gil_scoped_release release;
-    r = run_eval(backend, opt, out_dir);
-    eval_write_card(r, opt, out_dir + "/card.json");
-  }
-  return results_to_json(r).dump();
+  LoadedModel m = model_load(spec["checkpoint"].get<std::string>());  // loaded once: options and backend
+  const EvalOptions opt = options_of(spec, &m);
+  ModelBackend backend(std::move(m), opt.model);
+  return run_lookup(backend, opt, out_dir);
 }
 
 }  // namespace phasescope

@@ -24,9 +24,9 @@ struct DistImpl {
 };
 
 struct DistWork {
-  c10::intrusive_ptr<c10d::Work> work;
+  c10::intrusive_ptr<c10d::Work> work;  // null for a single process
+  const DistGroup* group = nullptr;     // outlives its works
   std::string what;
-  int rank = 0;
 };
 
 namespace {
@@ -168,26 +168,18 @@ std::shared_ptr<DistGroup> dist_join(const DistEnv& env) {
 }
 
 void dist_allreduce_sum(DistGroup& g, std::vector<torch::Tensor>& tensors, const std::string& what) {
-  if (!g.env.enabled()) return;
-  for (const auto& t : tensors)
-    PS_ASSERT(t.is_contiguous() && t.device().is_cpu(),
-              "dist_allreduce_sum: a tensor is not contiguous on CPU");
-  try {
-    for (auto& t : tensors) {  // Gloo's allreduce takes one tensor per device: one call per tensor
-      std::vector<at::Tensor> one{t};
-      g.impl->pg->allreduce(one)->wait();
-    }
-  } catch (const std::exception& e) {
-    collective_failed(g, what, e);
-  }
+  // Gloo's allreduce takes one tensor per device: one call per tensor
+  for (auto& t : tensors) dist_wait(*dist_allreduce_sum_async(g, t, what));
 }
 
 std::shared_ptr<DistWork> dist_allreduce_sum_async(DistGroup& g, torch::Tensor flat,
                                                    const std::string& what) {
   auto w = std::make_shared<DistWork>();
+  w->group = &g;
   w->what = what;
-  w->rank = g.rank();
   if (!g.env.enabled()) return w;
+  PS_ASSERT(flat.is_contiguous() && flat.device().is_cpu(),
+            "dist_allreduce_sum: a tensor is not contiguous on CPU");
   std::vector<at::Tensor> one{std::move(flat)};
   try {
     w->work = g.impl->pg->allreduce(one);
@@ -202,11 +194,7 @@ void dist_wait(DistWork& w) {
   try {
     w.work->wait();
   } catch (const std::exception& e) {
-    fail(fmt::format("rank {}", w.rank),
-         fmt::format("{} failed: a peer is gone or did not answer ({})", w.what, first_line(e.what())),
-         "another rank failed or was killed (see its error above); rerun the same command to resume every "
-         "rank "
-         "from the last checkpoint");
+    collective_failed(*w.group, w.what, e);
   }
 }
 

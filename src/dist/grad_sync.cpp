@@ -18,9 +18,8 @@ GradSync::GradSync(std::vector<torch::Tensor> params, std::shared_ptr<DistGroup>
         "GradSync: parameters must be fp32 or fp64 on CPU");
     const int64_t nb = p.numel() * int64_t(p.element_size());
     if (buckets_.empty() || bytes + nb > bucket_bytes ||
-        buckets_.back().flat.scalar_type() != p.scalar_type()) {
+        params_[buckets_.back().params.front()].scalar_type() != p.scalar_type()) {
       buckets_.emplace_back();
-      buckets_.back().flat = torch::empty({0}, p.options());
       bytes = 0;
     }
     Bucket& b = buckets_.back();
