@@ -6,18 +6,22 @@
 // 3 mod 4 (an engine fault that is not an invariance fault: it moves nothing between passes). Each fault is
 // flagged by exactly its check (the length fault by query-phase); the clean engine by none, over 20 seeds
 // (false alarms asserted 0 of 40 invariance checks and 0 of 20 query-phase checks); and our own `serve`
-// with batching forced passes both invariance checks.
+// with batching forced passes both invariance checks. The flip check (audit/flip_check.h) fails on a planted
+// model flip and nothing else does; its permutation rule fails at most 5% of random, period-free winners.
 #include "audit/audit.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "audit/flip_check.h"
 #include "audit/gate.h"
 #include "audit/invariance.h"
 #include "audit/query_phase.h"
@@ -282,8 +286,8 @@ std::string verdict(const PhaseCard& card, const std::string& name) {
 TEST(AuditRun, OneCardHoldsEveryCheckAndGateReadsIt) {
   MockEngine clean(Fault::None);
   const PhaseCard ok = audit_card(clean, "audit_clean");
-  ASSERT_EQ(ok.checks.size(), 4u);
-  for (const char* n : {"needle-phase", "batch-invariance", "prefix-cache-invariance", "query-phase"})
+  ASSERT_EQ(ok.checks.size(), 5u);
+  for (const char* n : {"needle-phase", "batch-invariance", "prefix-cache-invariance", "query-phase", "flip"})
     EXPECT_EQ(verdict(ok, n), "pass") << n << ": " << ok.checks.dump();
   EXPECT_EQ(ok.provenance["probe_prompt_sha256"].size(), 48u);
   EXPECT_EQ(ok.grid.period, 4);
@@ -301,11 +305,88 @@ TEST(AuditRun, OneCardHoldsEveryCheckAndGateReadsIt) {
        {"batch-invariance</td><td><b style=\"color:#b02a2a\">fail</b>", "query-phase", "Rules and figures",
         "Accuracy by phase (period 4", "Where the grid starts", "probe_prompt_sha256"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
-  for (const char* n : {"needle-phase", "prefix-cache-invariance", "query-phase"})
+  for (const char* n : {"needle-phase", "prefix-cache-invariance", "query-phase", "flip"})
     EXPECT_EQ(verdict(bad, n), "pass") << n << ": " << bad.checks.dump();
   const std::vector<std::string> f = gate_failures(bad, g);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_NE(f[0].find("batch-invariance: verdict fail"), std::string::npos);
+}
+
+// Each planted engine fault, through the whole audit: its check fails and every other check passes.
+TEST(AuditRun, EachPlantedFaultFailsExactlyItsCheck) {
+  const std::vector<std::pair<Fault, std::string>> cases = {{Fault::BatchPads, "batch-invariance"},
+                                                            {Fault::PrefixCache, "prefix-cache-invariance"},
+                                                            {Fault::LengthMod4, "query-phase"}};
+  for (const auto& [fault, check] : cases) {
+    MockEngine e(fault);
+    const PhaseCard card = audit_card(e, "audit_fault");
+    for (const auto& c : card.checks)
+      EXPECT_EQ(c["verdict"], c["name"] == check ? "fail" : "pass") << check << ": " << c.dump();
+  }
+}
+
+// A model whose completion of the FP8 template flips between "8" and "32" with the prompt's length mod 4 (the
+// paper's padding flip, planted; induction everywhere else): the flip check fails, and no engine check does.
+TEST(AuditRun, APlantedModelFlipFailsTheFlipCheckOnly) {
+  MockEngine e(Fault::None);
+  const int fp = e.server.tok.id_of("FP"), eight = e.server.tok.id_of("8"),
+            thirty_two = e.server.tok.id_of("32");
+  e.server.model = [=](const std::vector<int>& t) {
+    if (t.empty() || t.back() != fp) return MockEngine::answer(t, 0);
+    return t.size() % 4 <= 1 ? fake::Dist{{eight, -0.2}, {thirty_two, -1.8}}
+                             : fake::Dist{{thirty_two, -0.3}, {eight, -1.5}};
+  };
+  std::string dir;
+  const PhaseCard card = audit_card(e, "audit_flip", &dir);
+  EXPECT_EQ(verdict(card, "flip"), "fail") << card.checks.dump();
+  for (const char* n : {"needle-phase", "batch-invariance", "prefix-cache-invariance", "query-phase"})
+    EXPECT_EQ(verdict(card, n), "pass") << n << ": " << card.checks.dump();
+  for (const auto& c : card.checks)
+    if (c["name"] == "flip") {
+      EXPECT_EQ(c["figures"]["period"], 4);
+      EXPECT_EQ(c["figures"]["comparisons"], 16);
+    }
+  EXPECT_TRUE(std::filesystem::exists(dir + "/flip/flip.json"));
+}
+
+// The flip rule's calibration: winners drawn at random (no period) over 200 seeds fail at most 5% of the time
+// (the rule's p < 0.01 makes about 1%), and a planted period of 4 over the same 16 lengths always fails.
+FlipResult synthetic_flip(uint64_t seed, bool periodic) {
+  FlipDesign d;
+  d.spec.families = {{"f", " ="}};
+  d.spec.candidates = {"8", "32"};
+  d.spec.P_max = 8;
+  std::mt19937_64 rng(seed);
+  std::vector<JournalRecord> recs;
+  for (int L = 24; L < 40; ++L) {
+    FlipPoint p;
+    p.L = L;
+    d.points.push_back(p);
+    const int w = periodic ? int(L % 4 <= 1) : int(rng() % 2);
+    for (int c = 0; c < 2; ++c) {
+      JournalRecord j;
+      j.id = int64_t(d.points.size() - 1) * 2 + c;
+      j.logprob = c == w ? -0.5 : -1.5;
+      recs.push_back(j);
+    }
+  }
+  return flip_analyze(d, recs, "synthetic");
+}
+
+TEST(AuditFlipRule, RandomWinnersRarelyFailAndAPlantedPeriodAlwaysDoes) {
+  int fails = 0, passes = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const FlipCheck c = flip_check(synthetic_flip(seed, false), seed);
+    fails += c.verdict == "fail";
+    passes += c.verdict == "pass";
+  }
+  std::printf("flip rule on random winners: %d of 200 fail, %d pass\n", fails, passes);
+  EXPECT_LE(fails, 10);  // <= 5%
+  EXPECT_GE(passes, 150);
+  const FlipCheck planted = flip_check(synthetic_flip(1, true), 1);
+  EXPECT_EQ(planted.verdict, "fail") << planted.reason;
+  EXPECT_LT(planted.p_value, 0.01);
+  EXPECT_EQ(planted.excess, 8);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// audit.cpp — the needle design, the four checks in order, and the card (audit.h).
+// audit.cpp — the needle design, the five checks in order, and the card (audit.h).
 #include "audit/audit.h"
 
 #include <fmt/format.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <ostream>
 
+#include "audit/flip_check.h"
 #include "audit/invariance.h"
 #include "audit/query_phase.h"
 #include "core/build_info.h"
@@ -119,6 +120,16 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
   const InvarianceReport ir = audit_invariance(*c.backend, inv, InvarianceOptions{});
   const QueryPhaseResult q = audit_query_phase(*c.backend, qp, opt.S, filler);
 
+  // flip (resumable)
+  const FlipDesign fd = flip_build(audit_flip_spec(c.model.token_space, opt.S), *c.tokens, log);
+  FlipRunOptions fo;
+  fo.model = c.model.id;
+  fo.fresh = opt.fresh;
+  fo.log = log;
+  fo.require_comparison = false;
+  const FlipResult flip = flip_run(*c.backend, fd, fo, opt.out + "/flip");
+  const FlipCheck fc = flip_check(flip, spec.seed);
+
   // the card
   CardGrid g;
   g.period = spec.R % opt.S == 0 ? opt.S : spec.R;
@@ -128,12 +139,14 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
   card.source = "audit";
   card.model = c.model.id;
   card.checks = nlohmann::json::array({needle_check(needle), invariance_check_json(ir.batch),
-                                       invariance_check_json(ir.prefix_cache), query_phase_check_json(q)});
+                                       invariance_check_json(ir.prefix_cache), query_phase_check_json(q),
+                                       flip_check_json(flip, fc, opt.S)});
   if (!opt.tokenizer_path.empty()) card.tokenizer_sha256 = sha256_file(opt.tokenizer_path);
   card.provenance = {{"server_model", {{"id", c.model.id}, {"max_model_len", c.model.max_model_len}}},
                      {"backend", c.backend->describe()},
                      {"tokens", c.tokens->describe()},
                      {"needle_fingerprint", d.fingerprint},
+                     {"flip_fingerprint", fd.fingerprint},
                      {"probe_prompt_sha256", hashes},
                      {"commit", build_commit()}};
   card_write(card, opt.out + "/card.json");

@@ -250,6 +250,20 @@ ScoringSample flip_render(const FlipDesign& d, int64_t id, const std::string& mo
   return s;
 }
 
+FlipPeriod flip_period_fit(const std::vector<FlipPointResult>& points, int P, size_t C) {
+  FlipPeriod fp;
+  fp.P = P;
+  std::vector<std::vector<int>> votes(size_t(P), std::vector<int>(C, 0));
+  for (const FlipPointResult& pr : points)
+    if (pr.winner >= 0) votes[size_t(pr.L % P)][size_t(pr.winner)]++;
+  for (int k = 0; k < P; ++k)
+    fp.pattern.push_back(static_cast<int>(std::max_element(votes[size_t(k)].begin(), votes[size_t(k)].end()) -
+                                          votes[size_t(k)].begin()));
+  for (const FlipPointResult& pr : points)
+    if (pr.winner >= 0 && pr.winner == fp.pattern[size_t(pr.L % P)]) ++fp.follows;
+  return fp;
+}
+
 FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& records,
                         const std::string& model) {
   FlipResult r;
@@ -292,21 +306,7 @@ FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& r
     r.points.push_back(pr);
   }
 
-  // the pattern of each period (majority per class L mod P, pooled over families) and how many follow it
-  auto period = [&](int P) {
-    FlipPeriod fp;
-    fp.P = P;
-    std::vector<std::vector<int>> votes(size_t(P), std::vector<int>(C, 0));
-    for (const FlipPointResult& pr : r.points)
-      if (pr.winner >= 0) votes[size_t(pr.L % P)][size_t(pr.winner)]++;
-    for (int k = 0; k < P; ++k)
-      fp.pattern.push_back(static_cast<int>(
-          std::max_element(votes[size_t(k)].begin(), votes[size_t(k)].end()) - votes[size_t(k)].begin()));
-    for (const FlipPointResult& pr : r.points)
-      if (pr.winner >= 0 && pr.winner == fp.pattern[size_t(pr.L % P)]) ++fp.follows;
-    return fp;
-  };
-  r.baseline = period(1);
+  r.baseline = flip_period_fit(r.points, 1, C);
   int lengths = 0;
   {
     std::map<int, int> per_family;
@@ -317,7 +317,7 @@ FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& r
   const int P_max = d.spec.P_max > 0 ? d.spec.P_max : std::max(P_min, lengths / 2);
   r.best = r.baseline;
   for (int P = P_min; P <= P_max; ++P) {
-    r.periods.push_back(period(P));
+    r.periods.push_back(flip_period_fit(r.points, P, C));
     if (r.periods.back().follows > r.best.follows) r.best = r.periods.back();
   }
   for (FlipPointResult& pr : r.points)
@@ -373,7 +373,8 @@ FlipResult flip_run(Backend& backend, const FlipDesign& d, const FlipRunOptions&
 
   // the analysis and its files
   const FlipResult r = flip_analyze(d, journal_load(journal).records, opt.model);
-  if (r.comparisons == 0)  // no two scored points to compare: no period can be claimed
+  if (r.comparisons == 0 &&
+      opt.require_comparison)  // no two scored points to compare: no period can be claimed
     fail("flip " + opt.model,
          fmt::format("no comparison between scored points ({} samples missing or failed)", r.unscored),
          "fix what the failures name (journal.jsonl), then rerun the same command");

@@ -98,6 +98,10 @@ struct FlipResult {
   int unscored = 0;                 // samples missing or failed in the journal
 };
 
+// The pattern of period P over scored points (the majority winner per class L mod P, pooled over families;
+// ties to the lower candidate) and how many points follow it. C = the number of candidates.
+FlipPeriod flip_period_fit(const std::vector<FlipPointResult>& points, int P, size_t C);
+
 // The analysis of a journal's records (pure: tests feed it directly).
 FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& records,
                         const std::string& model);
@@ -108,6 +112,7 @@ struct FlipRunOptions {
   bool fresh = false;  // start the journal over (eval/scoring.h)
   std::ostream* log = nullptr;
   int max_failed_batches = 3;
+  bool require_comparison = true;  // an Error when no point has a winner (false: the caller judges that)
 };
 
 // Score (or resume) into out_dir/journal.jsonl, analyze, write flip.json, flip.csv, flip.txt.
