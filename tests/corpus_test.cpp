@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "core/io.h"
+#include "core/process.h"
 #include "core/sha256.h"
 #include "data/corpus_sources.h"
 #include "testing.h"
@@ -190,10 +191,10 @@ TEST(CorpusTokenizer, MatchesHfLibraryOnHeldOutSplit) {
   io_write_atomic(texts_path, texts.dump());
 
   // HF's ids (its Rust core through npm), then phasescope's
-  int status = 0;
-  const std::string out = corpus_run_program(
-      {"node", kSource + "/tests/js/encode_hf.mjs", c.tokenizer_path, texts_path}, false, status);
-  ASSERT_EQ(status, 0) << out << " (needs node and tests/js/node_modules: scripts/js_reference.sh)";
+  const ProgramRun run =
+      run_program({"node", kSource + "/tests/js/encode_hf.mjs", c.tokenizer_path, texts_path}, false);
+  const std::string& out = run.out;
+  ASSERT_EQ(run.status, 0) << out << " (needs node and tests/js/node_modules: scripts/js_reference.sh)";
   const nlohmann::json hf = nlohmann::json::parse(out);
   ASSERT_EQ(hf.size(), texts.size());
   for (size_t i = 0; i < texts.size(); ++i)
@@ -355,12 +356,14 @@ TEST(CorpusPieces, BibleIsSixtySixBooks) {
 }
 
 TEST(CorpusPieces, MissingProgramIsStatus127) {
-  int status = 0;
-  corpus_run_program({"phasescope-no-such-program"}, true, status);
-  EXPECT_EQ(status, 127);
-  const std::string out = corpus_run_program({"sh", "-c", "echo out; echo err >&2; exit 3"}, true, status);
-  EXPECT_EQ(status, 3);
-  EXPECT_EQ(out, "out\nerr\n");
+  EXPECT_EQ(run_program({"phasescope-no-such-program"}, true).status, 127);
+  const ProgramRun r = run_program({"sh", "-c", "echo out; echo err >&2; exit 3"}, true);
+  EXPECT_EQ(r.status, 3);
+  EXPECT_EQ(r.out, "out\nerr\n");
+  // standard input from a file
+  const std::string in = tmp_dir("process") + "/in.txt";
+  io_write_atomic(in, "from the file\n");
+  EXPECT_EQ(run_program({"cat"}, false, in).out, "from the file\n");
 }
 
 // ---- building: bad options

@@ -20,6 +20,7 @@
 #include "core/hash.h"
 #include "core/io.h"
 #include "core/json_fields.h"
+#include "core/process.h"
 #include "core/sha256.h"
 #include "data/corpus_sources.h"
 #include "data/corpus_words.h"
@@ -94,11 +95,12 @@ void train_tokenizer(const CorpusBuildOptions& o, const std::vector<Doc*>& train
   });
 
   // node
-  int status = 0;
-  const std::string out =
-      corpus_run_program({"node", script, "--input", text_path, "--vocab", std::to_string(o.vocab_size),
-                          "--special", kBoundaryToken, "--out", tokenizer_path},
-                         true, status);
+  const ProgramRun run =
+      run_program({"node", script, "--input", text_path, "--vocab", std::to_string(o.vocab_size), "--special",
+                   kBoundaryToken, "--out", tokenizer_path},
+                  true);
+  const int status = run.status;
+  const std::string& out = run.out;
   fs::remove(text_path);
   if (status == 127) fail("node", "not found", "install nodejs (scripts/setup.sh does)");
   std::string last = out.size() > 2000 ? out.substr(out.size() - 2000) : out;

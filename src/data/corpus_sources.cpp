@@ -1,10 +1,6 @@
 // corpus_sources.cpp — see corpus_sources.h.
 #include "data/corpus_sources.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -14,9 +10,8 @@
 
 #include "core/check.h"
 #include "core/io.h"
+#include "core/process.h"
 #include "tokenizer/text.h"
-
-extern char** environ;
 
 namespace phasescope {
 
@@ -143,9 +138,9 @@ std::vector<std::string> list_files(const std::string& root) {
 std::vector<std::string> package_files(const BuiltinSource& b) {
   std::vector<std::string> files;
   for (const std::string& pkg : split_words(b.packages)) {
-    int status = 0;
-    const std::string list = corpus_run_program({"dpkg-query", "-L", pkg}, false, status);
-    if (status != 0)
+    const ProgramRun run = run_program({"dpkg-query", "-L", pkg}, false);
+    const std::string& list = run.out;
+    if (run.status != 0)
       fail(b.name, "package " + pkg + " is not installed (dpkg-query -L " + pkg + ")",
            "install it (scripts/setup.sh does), or leave " + std::string(b.name) + " out of --sources");
     for (const std::string& path : split_lines(list)) {
@@ -167,9 +162,8 @@ std::vector<std::string> package_files(const BuiltinSource& b) {
 std::string package_versions(const std::string& packages) {
   std::string out;
   for (const std::string& pkg : split_words(packages)) {
-    int status = 0;
-    const std::string v = corpus_run_program({"dpkg-query", "-W", "-f=${Version}", pkg}, false, status);
-    if (status == 0 && !v.empty()) out += (out.empty() ? "" : " ") + pkg + "=" + v;
+    const ProgramRun v = run_program({"dpkg-query", "-W", "-f=${Version}", pkg}, false);
+    if (v.status == 0 && !v.out.empty()) out += (out.empty() ? "" : " ") + pkg + "=" + v.out;
   }
   return out;
 }
@@ -178,8 +172,9 @@ std::string package_versions(const std::string& packages) {
 
 void read_bible(CorpusSource& s, const std::string& boundary_token) {
   // the whole text, one verse per line (-l1000: no verse is longer), chapters headed "Book N"
-  int status = 0;
-  const std::string text = corpus_run_program({"bible", "-l1000", "Gen1:1-Rev22:21"}, false, status);
+  const ProgramRun run = run_program({"bible", "-l1000", "Gen1:1-Rev22:21"}, false);
+  const int status = run.status;
+  const std::string& text = run.out;
   if (status != 0 || text.size() < 1000000)
     fail(s.root,
          "the `bible` program did not print the King James text (exit status " + std::to_string(status) + ")",
@@ -258,47 +253,6 @@ CorpusSource corpus_source_read(const std::string& spec, const std::string& boun
          << (s.skipped > 0 ? ", " + std::to_string(s.skipped) + " files left out" : "") << "\n";
   }
   return s;
-}
-
-std::string corpus_run_program(const std::vector<std::string>& argv, bool merge_stderr, int& status) {
-  // the child: stdin from /dev/null, stdout (and stderr) into a pipe
-  int fds[2];
-  if (::pipe(fds) != 0) fail(argv[0], std::string("pipe failed: ") + std::strerror(errno), "retry");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  if (merge_stderr) posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_addclose(&actions, fds[1]);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-
-  // its output, then its exit status
-  std::string out;
-  if (spawned == 0) {
-    char piece[1 << 16];
-    ssize_t n = 0;
-    while ((n = ::read(fds[0], piece, sizeof piece)) != 0) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) break;
-      out.append(piece, size_t(n));
-    }
-  }
-  ::close(fds[0]);
-  status = 127;
-  if (spawned == 0) {
-    int ws = 0;
-    while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-    }
-    status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-  }
-  return out;
 }
 
 }  // namespace phasescope

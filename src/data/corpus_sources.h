@@ -36,9 +36,4 @@ std::vector<std::string> corpus_source_names();
 CorpusSource corpus_source_read(const std::string& spec, const std::string& boundary_token,
                                 std::ostream* log);
 
-// Runs argv (searched in PATH) with standard input from /dev/null and returns what it wrote to standard
-// output (and standard error too with merge_stderr; else stderr is inherited); `status` gets its exit
-// status, 127 when it could not be started (absent).
-std::string corpus_run_program(const std::vector<std::string>& argv, bool merge_stderr, int& status);
-
 }  // namespace phasescope
