@@ -10,6 +10,7 @@ PACKAGES=(
   libgloo-dev             # the headers c10d's Gloo process group needs (data-parallel train, src/dist)
   python3-torch pybind11-dev  # the Python package (python/): phasescope._core binds the C++ library to torch
   python3-pytest python3-numpy  # its tests (scripts/test.sh runs them)
+  python3-jinja2          # chat templates, rendered as transformers renders them (--chat-template)
   libopenblas0-openmp     # without it libtorch's matmuls use the slow reference BLAS
   nlohmann-json3-dev      # JSON configs, journals, checkpoint headers
   libcli11-dev            # CLI parsing

@@ -26,6 +26,7 @@
 #include "audit/invariance.h"
 #include "audit/query_phase.h"
 #include "fake_openai_server.h"
+#include "http/chat_template.h"
 #include "http/http_pool.h"
 #include "http/openai_client.h"
 #include "http/server_tokenizer.h"
@@ -260,10 +261,15 @@ TEST(AuditInvariance, OurServePassesForEveryKindWithBatchingForced) {
 
 // The audit end to end over HTTP: the needle in the server's tokens, the four checks, one card that gate
 // reads. A mock engine that pools pads when batched fails batch-invariance and nothing else.
-PhaseCard audit_card(MockEngine& e, const std::string& name, std::string* out_dir = nullptr) {
+PhaseCard audit_card(MockEngine& e, const std::string& name, std::string* out_dir = nullptr,
+                     const std::string& chat_template = "") {
   ProbeConnectOptions co;
   co.http = http_options(e.server.url());
   co.api.model = "fake-model";
+  if (!chat_template.empty()) {
+    co.api.api = ApiKind::Chat;
+    co.chat_template_path = chat_template;
+  }
   ProbeConnection c = probe_connect(co);
   AuditOptions o;
   o.out = testutil::tmp_dir(name);
@@ -323,6 +329,38 @@ TEST(AuditRun, EachPlantedFaultFailsExactlyItsCheck) {
     for (const auto& c : card.checks)
       EXPECT_EQ(c["verdict"], c["name"] == check ? "fail" : "pass") << check << ": " << c.dump();
   }
+}
+
+// A chat-only server (no /v1/completions, no chat tokenize): the audit places its prompts through the model's
+// chat template (rendered here, verified by every reply's usage), records the template, and passes.
+TEST(AuditRun, AChatOnlyServerIsAuditedThroughTheModelsTemplate) {
+  MockEngine e(Fault::None);
+  const std::vector<int> head = e.server.tok.encode("<|user|>\n"),
+                         tail = e.server.tok.encode("\n<|assistant|>\n");
+  e.server.model = [head, tail](const std::vector<int>& t) {  // the model reads the user's text
+    std::vector<int> u = t;
+    if (u.size() > head.size() + tail.size() && std::equal(tail.rbegin(), tail.rend(), u.rbegin())) {
+      u.resize(u.size() - tail.size());
+      u.erase(u.begin() + 1, u.begin() + 1 + std::ptrdiff_t(head.size()));
+    }
+    return MockEngine::answer(u, 0);
+  };
+  e.server.fault = [](const httplib::Request& q, httplib::Response& r) {
+    if (q.path == "/v1/completions" || q.path == "/apply-template" ||
+        (q.path == "/tokenize" && q.body.find("\"messages\"") != std::string::npos)) {
+      r.status = 404;
+      return true;
+    }
+    return false;
+  };
+  const std::string tpl = std::string(PHASESCOPE_SOURCE_DIR) + "/tests/data/chat/tokenizer_config.json";
+  const PhaseCard card = audit_card(e, "audit_chat", nullptr, tpl);
+  for (const auto& c : card.checks) EXPECT_EQ(c["verdict"], "pass") << c.dump();
+  EXPECT_EQ(card.grid.prompt_offset, int64_t(head.size()));  // the template's tokens before the prompt
+  const nlohmann::json& ct = card.provenance["chat_template"];
+  EXPECT_EQ(ct["sha256"], chat_template_load(tpl).sha256);
+  EXPECT_EQ(ct["template_offset"], int64_t(1 + head.size()));
+  EXPECT_EQ(ct["template_total"], int64_t(1 + head.size() + tail.size()));
 }
 
 // A model whose completion of the FP8 template flips between "8" and "32" with the prompt's length mod 4 (the

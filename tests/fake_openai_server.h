@@ -36,6 +36,11 @@ class WordTokenizer {
     std::vector<int> out;
     size_t i = 0;
     while (i < s.size()) {
+      if (s.compare(i, 3, "<s>") == 0) {  // the BOS text is the special token (parsed, as HF does)
+        out.push_back(kBos);
+        i += 3;
+        continue;
+      }
       size_t j = i;
       if (s[j] == ' ' && j + 1 < s.size() && s[j + 1] != ' ' && s[j + 1] != '\n')
         ++j;  // a leading space joins
@@ -147,7 +152,9 @@ struct Server {
     srv.Post("/apply-template", [this](const httplib::Request& q, httplib::Response& r) {
       if (faulted(q, r)) return;
       auto j = nlohmann::json::parse(q.body);
-      r.set_content(nlohmann::json{{"prompt", templated(j["messages"])}}.dump(), "application/json");
+      // llama-server's shape: the template's text without BOS, which its /tokenize then adds
+      r.set_content(nlohmann::json{{"prompt", templated(j["messages"]).substr(3)}}.dump(),
+                    "application/json");
     });
     srv.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) {
       if (faulted(q, r)) return;
@@ -173,9 +180,10 @@ struct Server {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
 
-  // the chat template: "<|user|>\n" + content + "\n<|assistant|>\n" after BOS
+  // the chat template: BOS, then "<|user|>\n" + content + "\n" per message, then "<|assistant|>\n"
+  // (tests/data/chat/fake_template.jinja is the same in Jinja)
   std::string templated(const nlohmann::json& messages) {
-    std::string s;
+    std::string s = "<s>";
     for (const auto& m : messages)
       s += "<|" + m["role"].get<std::string>() + "|>\n" + m["content"].get<std::string>() + "\n";
     return s + "<|assistant|>\n";
@@ -195,8 +203,7 @@ struct Server {
     if (faulted(q, r)) return;
     auto j = nlohmann::json::parse(q.body);
     if (j.contains("messages")) {  // vLLM chat form
-      std::vector<int> t{kBos};
-      for (int id : tok.encode(templated(j["messages"]))) t.push_back(id);
+      const std::vector<int> t = tok.encode(templated(j["messages"]));
       r.set_content(
           nlohmann::json{{"tokens", t}, {"count", t.size()}, {"max_model_len", max_model_len}}.dump(),
           "application/json");
@@ -253,8 +260,7 @@ struct Server {
     auto j = nlohmann::json::parse(q.body);
     std::vector<int> prompt;
     if (chat) {
-      prompt.push_back(kBos);
-      for (int id : tok.encode(templated(j["messages"]))) prompt.push_back(id);
+      prompt = tok.encode(templated(j["messages"]));
     } else if (j["prompt"].is_string()) {
       prompt.push_back(kBos);  // a text prompt gets the server's BOS
       for (int id : tok.encode(j["prompt"].get<std::string>())) prompt.push_back(id);

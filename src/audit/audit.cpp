@@ -60,6 +60,25 @@ nlohmann::json needle_check(const EvalResults& r) {
             {"n", s.n_scored}}}};
 }
 
+// The chat template, if any: the file, its text and sha256, the kwargs sent, and the frame in tokens.
+nlohmann::json chat_provenance(ProbeConnection& c) {
+  if (c.backend->options().api != ApiKind::Chat) return nullptr;
+  const auto [offset, total] = c.backend->chat_overhead();
+  nlohmann::json j = {{"template_offset", offset},
+                      {"template_total", total},
+                      {"chat_template_kwargs", c.backend->options().chat_template_kwargs}};
+  if (c.chat_template) {
+    j["source"] = c.chat_template->source;
+    j["sha256"] = c.chat_template->sha256;
+    j["text"] = c.chat_template->text;
+    j["measured_by"] = "the template rendered by jinja2, tokenized by " + c.tokens->describe();
+  } else {
+    j["measured_by"] =
+        c.backend->options().template_offset >= 0 ? "--template-offset" : "the server's chat tokenize";
+  }
+  return j;
+}
+
 }  // namespace
 
 PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
@@ -148,6 +167,7 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
                      {"needle_fingerprint", d.fingerprint},
                      {"flip_fingerprint", fd.fingerprint},
                      {"probe_prompt_sha256", hashes},
+                     {"chat_template", chat_provenance(c)},
                      {"commit", build_commit()}};
   card_write(card, opt.out + "/card.json");
   card_write_html(card, opt.out + "/card.html");

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/json_fields.h"
+#include "http/chat_template.h"
 #include "http/server_tokenizer.h"
 
 namespace phasescope {
@@ -209,6 +210,7 @@ HttpBackend::HttpBackend(HttpPool& pool, OpenAIOptions opt, const TokenSource* t
       head["logprobs"] = true;
       head["top_logprobs"] = opt_.topk;
     }
+    if (!opt_.chat_template_kwargs.empty()) head["chat_template_kwargs"] = opt_.chat_template_kwargs;
   } else if (opt_.topk > 0) {
     head["logprobs"] = opt_.topk;
   }
@@ -225,10 +227,11 @@ std::string HttpBackend::describe() const {
 }
 
 std::string HttpBackend::identity() const {
-  return fmt::format("http {} model '{}' {} prompts top-{}{}",
-                     opt_.api == ApiKind::Chat ? "chat" : "completions", opt_.model,
-                     opt_.prompt == PromptForm::Tokens ? "token-id" : "text", opt_.topk,
-                     opt_.echo ? " echo" : "");
+  const bool kwargs = opt_.api == ApiKind::Chat && !opt_.chat_template_kwargs.empty();
+  return fmt::format(
+      "http {} model '{}' {} prompts top-{}{}{}", opt_.api == ApiKind::Chat ? "chat" : "completions",
+      opt_.model, opt_.prompt == PromptForm::Tokens ? "token-id" : "text", opt_.topk,
+      opt_.echo ? " echo" : "", kwargs ? " chat_template_kwargs " + opt_.chat_template_kwargs.dump() : "");
 }
 
 int64_t HttpBackend::context_length() {
@@ -270,20 +273,17 @@ std::pair<int64_t, int64_t> HttpBackend::chat_overhead() {
   chat_known_ = true;
   const auto* st = dynamic_cast<const ServerTokenizer*>(tokens_);
   if (opt_.template_offset >= 0) {
-    chat_ = {opt_.template_offset, -1};  // the total is then unknown: usage is not checked
+    chat_ = {opt_.template_offset, opt_.template_total};  // a total of -1: usage is not checked
   } else if (st == nullptr) {
     fail("--api chat", "cannot measure the chat template's offset without the server's /tokenize",
-         "drop --tokenizer (use the server's) or pass --template-offset N");
+         "pass --chat-template (the model's tokenizer_config.json or .jinja), drop --tokenizer (use the "
+         "server's), or pass --template-offset N");
   } else {
     // the template around a probe text: where the text's tokens start, and how many surround them
-    const std::string probe = "Hello world";
-    const std::vector<int> c = st->encode(probe);
-    const std::vector<int> t = st->encode_chat({{"user", probe}}, true);
-    auto it = std::search(t.begin(), t.end(), c.begin(), c.end());
-    if (c.empty() || it == t.end())
-      fail("--api chat", "the user text's tokens do not appear inside the templated chat's tokens",
-           "pass --template-offset N (the tokens the template puts before the user text)");
-    chat_ = {it - t.begin(), static_cast<int64_t>(t.size() - c.size())};
+    const ChatFrame f =
+        chat_frame_of(st->encode_chat({{"user", chat_frame_probe_text()}}, true, opt_.chat_template_kwargs),
+                      *st, "--api chat");
+    chat_ = {f.offset, f.total};
   }
   return chat_;
 }

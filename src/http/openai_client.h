@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,7 +42,11 @@ struct OpenAIOptions {
   bool vllm_extras = true;                 // send return_tokens_as_token_ids: true
   int bos_id = -1;                         // the model's BOS (double-BOS guard); -1 = from the TokenSource
   int template_offset = -1;                // chat: template tokens before the user text (-1 = measure)
-  int batch = 256;                         // max_batch(): requests handed over at once
+  int template_total = -1;                 // chat: template tokens around it, with template_offset (-1:
+                                           // unknown, usage is then not checked)
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();  // chat: sent with every request
+                                                                   // (reasoning off; {} = not sent)
+  int batch = 256;  // max_batch(): requests handed over at once
 };
 
 // One completion choice, flattened. Per logprob position p: the chosen token (string and id, -1 when

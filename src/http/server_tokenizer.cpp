@@ -207,13 +207,15 @@ std::string ServerTokenizer::decode(const std::vector<int>& tokens) const {
 }
 
 std::vector<int> ServerTokenizer::encode_chat(const std::vector<ChatMessage>& messages,
-                                              bool add_generation_prompt) const {
+                                              bool add_generation_prompt,
+                                              const nlohmann::json& kwargs) const {
   const TokenizeFlavor f = detect();
   nlohmann::json msgs = nlohmann::json::array();
   for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
   if (f == TokenizeFlavor::Vllm) {
     nlohmann::json b = {
         {"model", model_}, {"messages", msgs}, {"add_generation_prompt", add_generation_prompt}};
+    if (!kwargs.empty()) b["chat_template_kwargs"] = kwargs;
     std::vector<int> out;
     HttpReply r = pool_.post("/tokenize", b.dump(),
                              [&](const std::string& body) { out = tokenize_reply_parse(body, nullptr); });
@@ -223,6 +225,7 @@ std::vector<int> ServerTokenizer::encode_chat(const std::vector<ChatMessage>& me
   // llama-server: the template as text, then its tokens with special tokens parsed
   std::string prompt;
   nlohmann::json b = {{"messages", msgs}};
+  if (!kwargs.empty()) b["chat_template_kwargs"] = kwargs;
   HttpReply r = pool_.post("/apply-template", b.dump(), [&](const std::string& body) {
     const nlohmann::json j = json_parse_bounded(body);
     if (!j.contains("prompt") || !j["prompt"].is_string())

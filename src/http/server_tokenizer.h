@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,10 @@ class ServerTokenizer : public TokenSource {
   // The server's tokens for text with its special tokens (BOS) added, as a text completion would.
   std::vector<int> encode_special(const std::string& text) const;
   // The tokens of a templated chat (vLLM: /tokenize {messages}; llama-server: /apply-template, then
-  // /tokenize with special tokens parsed). add_generation_prompt: the assistant header is appended.
-  std::vector<int> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // /tokenize with special tokens parsed). add_generation_prompt: the assistant header is appended;
+  // kwargs: chat_template_kwargs sent along when not empty.
+  std::vector<int> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                               const nlohmann::json& kwargs = nlohmann::json::object()) const;
   // max_model_len when the server's tokenize reply gave one (vLLM), else 0.
   int64_t context_length() const;
   TokenizeFlavor flavor() const;

@@ -8,6 +8,42 @@
 
 namespace phasescope {
 
+namespace {
+
+// The template's frame, measured here; the server's too when it tokenizes chats (vLLM, llama-server), and
+// then both must agree. A chat-only server (no /tokenize of a chat) has the template's frame alone, which
+// every reply's usage.prompt_tokens then verifies.
+ChatFrame chat_template_frame_checked(const ChatTemplate& t, const OpenAIOptions& api,
+                                      const TokenSource* ts) {
+  const std::string flag = "--chat-template " + t.source;
+  if (api.api != ApiKind::Chat)
+    fail(flag, "a chat template is for chat requests", "add --api chat (or drop --chat-template)");
+  if (api.template_offset >= 0)
+    fail(flag, "--template-offset is given too", "pass one of them: the template's frame is measured");
+  if (ts == nullptr)
+    fail(flag, "measuring the template needs a tokenizer", "pass --tokenizer tokenizer.json");
+  const ChatFrame f = chat_template_frame(t, *ts);
+  if (const auto* st = dynamic_cast<const ServerTokenizer*>(ts)) {
+    std::optional<ChatFrame> server;
+    try {
+      server =
+          chat_frame_of(st->encode_chat({{"user", chat_frame_probe_text()}}, true, api.chat_template_kwargs),
+                        *st, "the server's chat tokenize");
+    } catch (const Error&) {  // the server does not tokenize chats: the template's frame alone
+    }
+    if (server && (server->offset != f.offset || server->total != f.total))
+      fail(flag,
+           fmt::format(
+               "puts the user's text at token {} with {} template tokens in all, where the server's own "
+               "chat tokenization puts it at {} with {}: this is not the template the server uses",
+               f.offset, f.total, server->offset, server->total),
+           "pass the server's template (the tokenizer_config.json it loaded), or drop --chat-template");
+  }
+  return f;
+}
+
+}  // namespace
+
 ProbeConnection probe_connect(const ProbeConnectOptions& o) {
   ProbeConnection c;
   c.pool = std::make_unique<HttpPool>(o.http);
@@ -31,6 +67,13 @@ ProbeConnection probe_connect(const ProbeConnectOptions& o) {
     c.tokens = local_tokenizer_open(o.tokenizer_path);
   else if (o.tokens)
     c.tokens = std::make_unique<ServerTokenizer>(*c.pool, api.model, o.flavor);
+  if (!o.chat_template_path.empty()) {
+    c.chat_template = chat_template_load(o.chat_template_path);
+    api.chat_template_kwargs = c.chat_template->kwargs;
+    const ChatFrame f = chat_template_frame_checked(*c.chat_template, api, c.tokens.get());
+    api.template_offset = int(f.offset);
+    api.template_total = int(f.total);
+  }
   c.backend = std::make_unique<HttpBackend>(*c.pool, api, c.tokens.get());
   return c;
 }

@@ -1,14 +1,17 @@
 // probe_setup.h — one call from flags to a working HTTP backend: the pool of endpoints (retries,
 // concurrency, API key from the environment), the token source (a local tokenizer.json when a path is
-// given, else the server's /tokenize) and the HttpBackend over both. Shared by `probe` and `eval
-// --base-url`. The model is --model, or the server's only model when --model is not given; a phasescope
-// server also says its token space (ServedModel.token_space), so probes can speak it. Not here: the
-// probes themselves.
+// given, else the server's /tokenize), the chat template's frame when one is given (http/chat_template.h:
+// checked against the server's own chat tokenization where it has one) and the HttpBackend over all of
+// them. Shared by `probe`, `audit` and `eval --base-url`. The model is --model, or the server's only model
+// when --model is not given; a phasescope server also says its token space (ServedModel.token_space), so
+// probes can speak it. Not here: the probes themselves.
 #pragma once
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
+#include "http/chat_template.h"
 #include "http/http_pool.h"
 #include "http/openai_client.h"
 #include "http/server_tokenizer.h"
@@ -20,7 +23,9 @@ namespace phasescope {
 struct ProbeConnectOptions {
   HttpOptions http;
   OpenAIOptions api;
-  std::string tokenizer_path;  // "" = the server's /tokenize
+  std::string tokenizer_path;      // "" = the server's /tokenize
+  std::string chat_template_path;  // chat: the model's template (http/chat_template.h); "" = the server's
+                                   // /tokenize of a chat measures the frame
   TokenizeFlavor flavor = TokenizeFlavor::Auto;
   bool tokens = true;  // false: no token source (token-id prompts with ids in replies)
   // a phasescope server answers echo with prompt log-probs exactly: use it for the answer's
@@ -33,6 +38,7 @@ struct ProbeConnection {
   std::unique_ptr<HttpPool> pool;
   std::unique_ptr<TokenSource> tokens;  // null when not asked for
   std::unique_ptr<HttpBackend> backend;
+  std::optional<ChatTemplate> chat_template;  // when --chat-template was given
 };
 
 ProbeConnection probe_connect(const ProbeConnectOptions& o);

@@ -23,6 +23,7 @@ struct HttpArgs {
   bool require_usage = false;
   bool no_vllm_extras = false;
   int template_offset = -1;
+  std::string chat_template;
   int batch = 0;
   std::string tokenizer, tokenize = "auto";
 };
@@ -58,6 +59,9 @@ inline void add_http_flags(CLI::App* cmd, HttpArgs& a, bool required_url) {
   cmd->add_option(
       "--template-offset", a.template_offset,
       "chat: tokens the chat template puts before the user text (default: measured via /tokenize)");
+  cmd->add_option("--chat-template", a.chat_template,
+                  "chat: the model's chat template (its tokenizer_config.json or a .jinja file), rendered "
+                  "here to place the prompt in tokens; reasoning is turned off where the template allows");
   cmd->add_option(
       "--batch", a.batch,
       "requests handed to the backend (and journaled) at once (default: max(256, 4 x concurrency))");
@@ -84,6 +88,7 @@ inline ProbeConnectOptions http_connect_options(const HttpArgs& a) {
   o.api.template_offset = a.template_offset;
   o.api.batch = a.batch > 0 ? a.batch : std::max(256, 4 * a.concurrency);
   o.tokenizer_path = a.tokenizer;
+  o.chat_template_path = a.chat_template;
   o.flavor = tokenize_flavor_parse(a.tokenize, "--tokenize");
   return o;
 }
