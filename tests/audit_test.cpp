@@ -165,7 +165,12 @@ QueryPhaseResult query_phase(MockEngine& e, uint64_t seed) {
   api.model = "fake-model";
   api.batch = 256;
   HttpBackend b(pool, api, &ts);
-  return audit_query_phase(b, needles(e.server, 24, seed), 4, e.server.tok.encode(".")[0]);
+  QueryPhaseOptions o;
+  o.S = 4;
+  o.neutral = e.server.tok.encode(".")[0];
+  o.journal = testutil::tmp_dir("query_phase") + "/journal.jsonl";
+  o.model = "fake-model";
+  return audit_query_phase(b, needles(e.server, 24, seed), o);
 }
 
 TEST(AuditQueryPhase, WrongAnswersAtLength3Mod4AreFlaggedAndNothingElseIs) {
@@ -189,6 +194,32 @@ TEST(AuditQueryPhase, WrongAnswersAtLength3Mod4AreFlaggedAndNothingElseIs) {
   MockEngine clean(Fault::None);
   const QueryPhaseResult c = query_phase(clean, 2);
   EXPECT_NEAR(c.logprob[0] - c.logprob[1], 0.2, 1e-9);
+}
+
+// Query-phase goes through the scoring engine: a second run over the same journal sends nothing and judges
+// the same; a journal of another design is refused.
+TEST(AuditQueryPhase, ResumesFromItsJournal) {
+  MockEngine e(Fault::LengthMod4);
+  HttpPool pool(http_options(e.server.url()));
+  ServerTokenizer ts(pool, "fake-model");
+  OpenAIOptions api;
+  api.model = "fake-model";
+  api.batch = 16;
+  HttpBackend b(pool, api, &ts);
+  QueryPhaseOptions o;
+  o.S = 4;
+  o.neutral = e.server.tok.encode(".")[0];
+  o.journal = testutil::tmp_dir("query_phase_resume") + "/journal.jsonl";
+  o.model = "fake-model";
+  const QueryPhaseResult first = audit_query_phase(b, needles(e.server, 12, 5), o);
+  const int sent = e.server.completions.load();
+  EXPECT_EQ(sent, 12 * 8);
+  const QueryPhaseResult again = audit_query_phase(b, needles(e.server, 12, 5), o);
+  EXPECT_EQ(e.server.completions.load(), sent);
+  EXPECT_EQ(again.correct, first.correct);
+  EXPECT_EQ(again.verdict, first.verdict);
+  const std::string err = testutil::error_of([&] { audit_query_phase(b, needles(e.server, 12, 6), o); });
+  EXPECT_NE(err.find("layout"), std::string::npos) << err;
 }
 
 TEST(AuditInvariance, TheCleanEngineRaisesNoFalseAlarmOverTwentySeeds) {

@@ -137,7 +137,15 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
     *log << fmt::format("engine checks: {} invariance probes, {} query-phase probes x {} lengths\n",
                         inv.size(), qp.size(), 2 * opt.S);
   const InvarianceReport ir = audit_invariance(*c.backend, inv, InvarianceOptions{});
-  const QueryPhaseResult q = audit_query_phase(*c.backend, qp, opt.S, filler);
+  QueryPhaseOptions qo;
+  qo.S = opt.S;
+  qo.neutral = filler;
+  qo.journal = opt.out + "/query-phase/journal.jsonl";
+  qo.model = c.model.id;
+  qo.fresh = opt.fresh;
+  qo.log = log;
+  io_make_dirs(opt.out + "/query-phase");
+  const QueryPhaseResult q = audit_query_phase(*c.backend, qp, qo);
 
   // flip (resumable)
   const FlipDesign fd = flip_build(audit_flip_spec(c.model.token_space, opt.S), *c.tokens, log);

@@ -8,6 +8,7 @@
 //   prefix-cache-invariance  audit/invariance.h, on needle prompts (siblings: the first three quarters,
 //                            then the design's filler)
 //   query-phase              audit/query_phase.h, on needle prompts, the filler inserted before the question
+//                            (resumable journal in out/query-phase)
 //   flip                     audit/flip_check.h: the padding-flip sweep (resumable journal in out/flip)
 // and writes out/card.json (and the same card as a page, out/card.html: eval/card_report.h): the needle's
 // per-residue card (eval/card.h; grid period S, prompt_offset the chat template's tokens) with every check,

@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "core/json_fields.h"
+#include "eval/scoring.h"
 #include "eval/stats.h"
 
 namespace phasescope {
@@ -18,12 +20,12 @@ std::string query_phase_rule() {
          "fewer than 5% of all answers are right.";
 }
 
-QueryPhaseResult audit_query_phase(Backend& backend, const std::vector<QueryPhaseProbe>& probes, int S,
-                                   int neutral) {
+QueryPhaseResult audit_query_phase(Backend& backend, const std::vector<QueryPhaseProbe>& probes,
+                                   const QueryPhaseOptions& opt) {
+  const int S = opt.S;
   if (S < 2) fail("audit --stride", "must be at least 2", "use the engine's compression stride, e.g. 4");
   if (probes.empty()) fail("audit query-phase", "no needle prompts", "ask for more samples");
-  std::vector<ScoreRequest> reqs;
-  std::vector<int> group;
+  std::vector<int> all;  // every probe's tokens, for the design's fingerprint
   for (size_t i = 0; i < probes.size(); ++i) {
     const QueryPhaseProbe& p = probes[i];
     if (p.question_at < 1 || p.question_at > int64_t(p.prompt.size()))
@@ -31,32 +33,54 @@ QueryPhaseResult audit_query_phase(Backend& backend, const std::vector<QueryPhas
            fmt::format("probe {} has its question at {}, outside its {} tokens", i, p.question_at,
                        p.prompt.size()),
            "this is a bug in the prompt builder; report it");
-    for (int j = 0; j < 2 * S; ++j) {
-      ScoreRequest r;
-      r.tokens.assign(p.prompt.begin(), p.prompt.begin() + std::ptrdiff_t(p.question_at));
-      r.tokens.insert(r.tokens.end(), size_t(j), neutral);
-      r.tokens.insert(r.tokens.end(), p.prompt.begin() + std::ptrdiff_t(p.question_at), p.prompt.end());
-      r.answer = p.answer;
-      group.push_back(int(r.tokens.size() % size_t(S)));
-      reqs.push_back(std::move(r));
-    }
+    all.insert(all.end(), p.prompt.begin(), p.prompt.end());
+    all.insert(all.end(), {-1, p.answer, int(p.question_at), -1});
   }
-  const std::vector<ScoreResult> res = backend.score(reqs);
-  if (res.size() != reqs.size())
-    fail("audit query-phase", fmt::format("the backend returned {} results for {}", res.size(), reqs.size()),
-         "this is a backend bug; report it");
+  const std::string layout = fmt::format("query-phase S={} neutral={} probes={} {}", S, opt.neutral,
+                                         probes.size(), hash_tokens_hex(all));
+  auto render = [&](int64_t i) {
+    const QueryPhaseProbe& p = probes[size_t(i / (2 * S))];
+    const int j = int(i % (2 * S));
+    ScoringSample s;
+    s.prompt.assign(p.prompt.begin(), p.prompt.begin() + std::ptrdiff_t(p.question_at));
+    s.prompt.insert(s.prompt.end(), size_t(j), opt.neutral);
+    s.prompt.insert(s.prompt.end(), p.prompt.begin() + std::ptrdiff_t(p.question_at), p.prompt.end());
+    s.answer = {p.answer};
+    JournalRecord& r = s.rec;
+    r.id = i;
+    r.base = int(i / (2 * S));
+    r.R = S;
+    r.residue = int(s.prompt.size() % size_t(S));  // the group: prompt length mod S
+    r.prompt_len = int64_t(s.prompt.size());
+    r.query_pos = r.prompt_len - 1;
+    r.target_pos = r.prompt_len;  // the answer's position: its residue is the sample's group
+    r.shift = j;                  // neutral tokens inserted
+    r.expected = p.answer;
+    r.protocol = "in-sequence";
+    r.model = opt.model;
+    r.layout = layout;
+    r.tokens_hash = hash_tokens_hex(s.prompt);
+    return s;
+  };
+  ScoringOptions so;
+  so.what = "audit query-phase " + opt.model;
+  so.identity = scoring_identity(opt.model, backend, layout, "query-phase");
+  so.fresh = opt.fresh;
+  so.log = opt.log;
+  scoring_run(backend, int64_t(probes.size()) * 2 * S, render, opt.journal, so);
+
   QueryPhaseResult q;
   q.S = S;
   q.n.assign(size_t(S), 0);
   q.correct.assign(size_t(S), 0);
   std::vector<double> lp_sum(size_t(S), 0);
   std::vector<int64_t> lp_n(size_t(S), 0);
-  for (size_t i = 0; i < res.size(); ++i) {
-    if (!res[i].error.empty()) continue;
-    const size_t g = size_t(group[i]);
+  for (const JournalRecord& r : journal_load(opt.journal).records) {
+    if (!r.scored()) continue;
+    const size_t g = size_t(r.residue);
     ++q.n[g];
-    q.correct[g] += res[i].top1 == reqs[i].answer;
-    if (std::isfinite(res[i].answer_logprob)) lp_sum[g] += res[i].answer_logprob, ++lp_n[g];
+    q.correct[g] += r.correct();
+    if (std::isfinite(r.logprob)) lp_sum[g] += r.logprob, ++lp_n[g];
   }
   int64_t min_n = q.n[0];
   for (int g = 0; g < S; ++g) {

@@ -7,9 +7,11 @@
 // worst group) is at least 10 points; pass when p >= 0.05 or the gap is below 5 points; else inconclusive;
 // inconclusive also when fewer than 8 prompts per group were scored, or fewer than 5% of all answers are
 // right (a model that cannot do the needle cannot show an engine's wrong answers). Not here: building the
-// needle prompts (the audit command), engine invariance (invariance.h).
+// needle prompts (the audit command), engine invariance (invariance.h). The requests go through the one
+// scoring engine (eval/scoring.h): journaled as they return, resumable, with progress lines.
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -36,10 +38,20 @@ struct QueryPhaseResult {
 
 std::string query_phase_rule();
 
-// Score every probe with j = 0..2S-1 copies of `neutral` inserted before its question (one batch) and
-// judge. Throws Error for S < 2, an empty probe list or a question_at outside a prompt.
-QueryPhaseResult audit_query_phase(Backend& backend, const std::vector<QueryPhaseProbe>& probes, int S,
-                                   int neutral);
+struct QueryPhaseOptions {
+  int S = 4;
+  int neutral = -1;     // the token inserted
+  std::string journal;  // the journal's path (its folder must exist)
+  std::string model;    // the label in the journal
+  bool fresh = false;   // start the journal over
+  std::ostream* log = nullptr;
+};
+
+// Score (or resume) every probe with j = 0..2S-1 copies of `neutral` inserted before its question
+// (sample id = probe * 2S + j) and judge. Throws Error for S < 2, an empty probe list, a question_at
+// outside a prompt, or a journal of another run.
+QueryPhaseResult audit_query_phase(Backend& backend, const std::vector<QueryPhaseProbe>& probes,
+                                   const QueryPhaseOptions& opt);
 
 // The check as the card's `checks` entry: {name "query-phase", verdict, reason, rule, figures}.
 nlohmann::json query_phase_check_json(const QueryPhaseResult& r);

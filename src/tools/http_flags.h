@@ -64,7 +64,8 @@ inline void add_http_flags(CLI::App* cmd, HttpArgs& a, bool required_url) {
                   "here to place the prompt in tokens; reasoning is turned off where the template allows");
   cmd->add_option(
       "--batch", a.batch,
-      "requests handed to the backend (and journaled) at once (default: max(256, 4 x concurrency))");
+      "requests handed to the backend (and journaled) at once (default: 4 x concurrency, so a slow "
+      "server's results reach the journal and the progress line as they come)");
   cmd->add_option("--tokenizer", a.tokenizer, "local tokenizer.json (default: the server's /tokenize)");
   cmd->add_option("--tokenize", a.tokenize, "server /tokenize shape: auto | llama | vllm")
       ->check(CLI::IsMember({"auto", "llama", "vllm"}));
@@ -86,7 +87,7 @@ inline ProbeConnectOptions http_connect_options(const HttpArgs& a) {
   o.api.require_usage = a.require_usage;
   o.api.vllm_extras = !a.no_vllm_extras;
   o.api.template_offset = a.template_offset;
-  o.api.batch = a.batch > 0 ? a.batch : std::max(256, 4 * a.concurrency);
+  o.api.batch = a.batch > 0 ? a.batch : 4 * a.concurrency;
   o.tokenizer_path = a.tokenizer;
   o.chat_template_path = a.chat_template;
   o.flavor = tokenize_flavor_parse(a.tokenize, "--tokenize");
