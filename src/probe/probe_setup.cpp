@@ -42,6 +42,32 @@ ChatFrame chat_template_frame_checked(const ChatTemplate& t, const OpenAIOptions
   return f;
 }
 
+// A local tokenizer must be the server's: where the server tokenizes, one text must give the same ids
+// both ways (token-id prompts in another tokenizer's ids would be another text to the model).
+void check_local_tokenizer(const TokenSource& local, HttpPool& pool, const std::string& model,
+                           TokenizeFlavor flavor, const std::string& path) {
+  const std::string text =
+      "Phase check: the quick brown fox jumps over 12345 lazy dogs; naïve café.\n  x = 0";
+  std::vector<int> theirs;
+  try {
+    theirs = ServerTokenizer(pool, model, flavor).encode(text);
+  } catch (const Error&) {  // no /tokenize: nothing to compare with (replies' usage still counts tokens)
+    return;
+  }
+  const std::vector<int> ours = local.encode(text);
+  if (ours == theirs) return;
+  size_t i = 0;
+  while (i < ours.size() && i < theirs.size() && ours[i] == theirs[i]) ++i;
+  fail(
+      "--tokenizer " + path,
+      fmt::format("does not match the server's /tokenize: a check text is {} tokens here and {} there, first "
+                  "differing at token {} ({} here, {} there)",
+                  ours.size(), theirs.size(), i, i < ours.size() ? std::to_string(ours[i]) : "end",
+                  i < theirs.size() ? std::to_string(theirs[i]) : "end"),
+      "pass the tokenizer.json the server loaded (from the model's repository), or drop --tokenizer to use "
+      "the server's /tokenize");
+}
+
 }  // namespace
 
 ProbeConnection probe_connect(const ProbeConnectOptions& o) {
@@ -63,10 +89,12 @@ ProbeConnection probe_connect(const ProbeConnectOptions& o) {
   // the context the listing already gave (the backend would GET /v1/models again for it)
   if (api.max_context == 0 && c.model.max_model_len > 0) api.max_context = c.model.max_model_len;
   if (o.echo_on_phasescope && c.model.token_space.present) api.echo = true;
-  if (!o.tokenizer_path.empty())
+  if (!o.tokenizer_path.empty()) {
     c.tokens = local_tokenizer_open(o.tokenizer_path);
-  else if (o.tokens)
+    check_local_tokenizer(*c.tokens, *c.pool, api.model, o.flavor, o.tokenizer_path);
+  } else if (o.tokens) {
     c.tokens = std::make_unique<ServerTokenizer>(*c.pool, api.model, o.flavor);
+  }
   if (!o.chat_template_path.empty()) {
     c.chat_template = chat_template_load(o.chat_template_path);
     api.chat_template_kwargs = c.chat_template->kwargs;
