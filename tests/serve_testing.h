@@ -4,6 +4,9 @@
 // train/trainer.h, for train_write_init.)
 #pragma once
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -76,6 +79,20 @@ inline Reply post(int port, const std::string& path, const json& body) {
   return post(port, path, body.dump());
 }
 inline Reply get(int port, const std::string& path) { return finish(client(port)->Get(path.c_str())); }
+
+// A raw connection that sends half a request (or the given bytes) and then nothing.
+inline int stalled_connection(int port, std::string part = "") {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  if (part.empty())
+    part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"prompt\": ";
+  if (::send(fd, part.data(), part.size(), 0) < 0) return -1;
+  return fd;
+}
 
 }  // namespace testing_serve
 }  // namespace phasescope
