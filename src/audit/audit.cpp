@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <ostream>
 
 #include "audit/flip_check.h"
@@ -147,15 +148,26 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
   io_make_dirs(opt.out + "/query-phase");
   const QueryPhaseResult q = audit_query_phase(*c.backend, qp, qo);
 
-  // flip (resumable)
-  const FlipDesign fd = flip_build(audit_flip_spec(c.model.token_space, opt.S), *c.tokens, log);
-  FlipRunOptions fo;
-  fo.model = c.model.id;
-  fo.fresh = opt.fresh;
-  fo.log = log;
-  fo.require_comparison = false;
-  const FlipResult flip = flip_run(*c.backend, fd, fo, opt.out + "/flip");
-  const FlipCheck fc = flip_check(flip, spec.seed);
+  // flip (resumable); a sweep that cannot be built in this server's tokens is inconclusive, not the end
+  // of an audit whose other checks are done
+  nlohmann::json flip_json;
+  std::string flip_fingerprint;
+  std::optional<FlipDesign> fd;
+  try {
+    fd = flip_build(audit_flip_spec(c.model.token_space, opt.S), *c.tokens, log);
+  } catch (const Error& e) {
+    flip_json = flip_check_unbuilt_json(e.what());
+  }
+  if (fd) {
+    FlipRunOptions fo;
+    fo.model = c.model.id;
+    fo.fresh = opt.fresh;
+    fo.log = log;
+    fo.require_comparison = false;
+    const FlipResult flip = flip_run(*c.backend, *fd, fo, opt.out + "/flip");
+    flip_json = flip_check_json(flip, flip_check(flip, spec.seed), opt.S);
+    flip_fingerprint = fd->fingerprint;
+  }
 
   // the card
   CardGrid g;
@@ -165,15 +177,15 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
   PhaseCard card = card_from_results(needle, g, spec.seed);
   card.source = "audit";
   card.model = c.model.id;
-  card.checks = nlohmann::json::array({needle_check(needle), invariance_check_json(ir.batch),
-                                       invariance_check_json(ir.prefix_cache), query_phase_check_json(q),
-                                       flip_check_json(flip, fc, opt.S)});
+  card.checks =
+      nlohmann::json::array({needle_check(needle), invariance_check_json(ir.batch),
+                             invariance_check_json(ir.prefix_cache), query_phase_check_json(q), flip_json});
   if (!opt.tokenizer_path.empty()) card.tokenizer_sha256 = sha256_file(opt.tokenizer_path);
   card.provenance = {{"server_model", {{"id", c.model.id}, {"max_model_len", c.model.max_model_len}}},
                      {"backend", c.backend->describe()},
                      {"tokens", c.tokens->describe()},
                      {"needle_fingerprint", d.fingerprint},
-                     {"flip_fingerprint", fd.fingerprint},
+                     {"flip_fingerprint", flip_fingerprint},
                      {"probe_prompt_sha256", hashes},
                      {"chat_template", chat_provenance(c)},
                      {"commit", build_commit()}};

@@ -25,10 +25,11 @@ int excess_of(const std::vector<FlipPointResult>& points, const std::vector<Flip
 
 std::string flip_rule() {
   return "The padding-flip probe: a filler grows one token at a time and the winning candidate is read per "
-         "length L. inconclusive when fewer than 8 lengths have a known winner; pass when one candidate wins "
-         "at every scored length; otherwise D = (points following the best period's pattern) - (points "
-         "following one candidate) is compared with D over 2000 seeded permutations of the winners among "
-         "each family's lengths: fail when p < 0.01, pass when p >= 0.05, else inconclusive.";
+         "length L. inconclusive when the sweep cannot be built in the server's tokens or fewer than 8 "
+         "lengths have a known winner; pass when one candidate wins at every scored length; otherwise D = "
+         "(points following the best period's pattern) - (points following one candidate) is compared with "
+         "D over 2000 seeded permutations of the winners among each family's lengths: fail when p < 0.01, "
+         "pass when p >= 0.05, else inconclusive.";
 }
 
 FlipSpec audit_flip_spec(const ServedTokenSpace& space, int S) {
@@ -114,6 +115,14 @@ nlohmann::json flip_check_json(const FlipResult& r, const FlipCheck& c, int S) {
             {"stride", S},
             {"candidates", r.candidates},
             {"unscored", r.unscored}}}};
+}
+
+nlohmann::json flip_check_unbuilt_json(const std::string& why) {
+  return {{"name", "flip"},
+          {"verdict", "inconclusive"},
+          {"reason", "the flip sweep could not be built in this server's tokens: " + why},
+          {"rule", flip_rule()},
+          {"figures", nlohmann::json::object()}};
 }
 
 }  // namespace phasescope

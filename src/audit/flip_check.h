@@ -2,7 +2,8 @@
 // sweeps a filler one token at a time and fits, per period P, the majority winner per class L mod P; the
 // best P always fits at least as well as P = 1 (no flip), and a long P fits noise, so the verdict asks
 // how often winners shuffled at random over the same lengths fit that well.
-// Rule (flip_rule() is the card's text): inconclusive when fewer than 8 lengths have a known winner
+// Rule (flip_rule() is the card's text): inconclusive when the sweep cannot be built in the server's
+// tokens (flip_check_unbuilt_json) or fewer than 8 lengths have a known winner
 // (a candidate's log-prob outside the server's top-k is unknown); pass when the same candidate wins at
 // every scored length; otherwise D = follows(best P) - follows(P = 1) is compared with D over 2000
 // seeded permutations of the winners among each family's scored lengths (the same periods tried):
@@ -36,5 +37,8 @@ FlipCheck flip_check(const FlipResult& r, uint64_t seed, int permutations = 2000
 
 // The check as the card's `checks` entry: {name "flip", verdict, reason, rule, figures}.
 nlohmann::json flip_check_json(const FlipResult& r, const FlipCheck& c, int S);
+
+// The check when the sweep cannot be built in the server's tokens: inconclusive, with the reason.
+nlohmann::json flip_check_unbuilt_json(const std::string& why);
 
 }  // namespace phasescope

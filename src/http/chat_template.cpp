@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -123,11 +124,11 @@ std::string chat_template_render(const ChatTemplate& t, const std::vector<ChatMe
                               {"messages", msgs},
                               {"add_generation_prompt", add_generation_prompt},
                               {"variables", vars}};
-  // the request through a temp file (a long prompt does not fit an argument)
-  const std::string in =
-      (std::filesystem::temp_directory_path() /
-       fmt::format("phasescope-chat-{}-{}.json", ::getpid(), sha256_hex(req.dump()).substr(0, 12)))
-          .string();
+  // the request through a temp file (a long prompt does not fit an argument), one name per render
+  static std::atomic<uint64_t> renders{0};
+  const std::string in = (std::filesystem::temp_directory_path() /
+                          fmt::format("phasescope-chat-{}-{}.json", ::getpid(), renders.fetch_add(1)))
+                             .string();
   io_write_atomic(in, req.dump());
   const ProgramRun run = run_program({"python3", "-c", kRenderScript}, false, in);
   std::remove(in.c_str());
