@@ -420,20 +420,21 @@ TEST(AuditRun, APlantedModelFlipFailsTheFlipCheckOnly) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/flip/flip.json"));
 }
 
-// The flip rule's calibration: winners drawn at random (no period) over 200 seeds fail at most 5% of the time
-// (the rule's p < 0.01 makes about 1%), and a planted period of 4 over the same 16 lengths always fails.
-FlipResult synthetic_flip(uint64_t seed, bool periodic) {
+// The flip rule's calibration: winners drawn at random (no period) fail at most 5% of the time (the rule's
+// p < 0.01 makes about 1%), and a planted period always fails: over 16 lengths (periods 2..8 tried, 200
+// seeds) and over 256 lengths with the periods the audit tries at stride 128 (2..128, 5 seeds).
+FlipResult synthetic_flip(uint64_t seed, int period, int lengths, int P_max) {
   FlipDesign d;
   d.spec.families = {{"f", " ="}};
   d.spec.candidates = {"8", "32"};
-  d.spec.P_max = 8;
+  d.spec.P_max = P_max;
   std::mt19937_64 rng(seed);
   std::vector<JournalRecord> recs;
-  for (int L = 24; L < 40; ++L) {
+  for (int L = 24; L < 24 + lengths; ++L) {
     FlipPoint p;
     p.L = L;
     d.points.push_back(p);
-    const int w = periodic ? int(L % 4 <= 1) : int(rng() % 2);
+    const int w = period > 0 ? int(L % period < period / 2) : int(rng() % 2);  // period 0: random
     for (int c = 0; c < 2; ++c) {
       JournalRecord j;
       j.id = int64_t(d.points.size() - 1) * 2 + c;
@@ -447,17 +448,26 @@ FlipResult synthetic_flip(uint64_t seed, bool periodic) {
 TEST(AuditFlipRule, RandomWinnersRarelyFailAndAPlantedPeriodAlwaysDoes) {
   int fails = 0, passes = 0;
   for (uint64_t seed = 1; seed <= 200; ++seed) {
-    const FlipCheck c = flip_check(synthetic_flip(seed, false), seed);
+    const FlipCheck c = flip_check(synthetic_flip(seed, 0, 16, 8), 1000 + seed);  // its own permutations
     fails += c.verdict == "fail";
     passes += c.verdict == "pass";
   }
   std::printf("flip rule on random winners: %d of 200 fail, %d pass\n", fails, passes);
   EXPECT_LE(fails, 10);  // <= 5%
   EXPECT_GE(passes, 150);
-  const FlipCheck planted = flip_check(synthetic_flip(1, true), 1);
+  const FlipCheck planted = flip_check(synthetic_flip(1, 4, 16, 8), 1);
   EXPECT_EQ(planted.verdict, "fail") << planted.reason;
   EXPECT_LT(planted.p_value, 0.01);
   EXPECT_EQ(planted.excess, 8);
+  // a stride of 128: the audit's sweep has 256 lengths and tries periods up to 128, never more (a period of
+  // one length per class would fit any winners, and no permutation could then tell)
+  const FlipSpec wide = audit_flip_spec(ServedTokenSpace{}, 128);
+  ASSERT_EQ(wide.L_max - wide.L_min + 1, 256);
+  ASSERT_EQ(wide.P_max, 128);
+  const FlipCheck eight = flip_check(synthetic_flip(1, 8, 256, wide.P_max), 1);
+  EXPECT_EQ(eight.verdict, "fail") << eight.reason;
+  for (uint64_t seed = 1; seed <= 5; ++seed)
+    EXPECT_NE(flip_check(synthetic_flip(seed, 0, 256, wide.P_max), 1000 + seed).verdict, "fail") << seed;
 }
 
 // --tokenizer must be the server's: a real tokenizer.json against the fake's word-level /tokenize is refused

@@ -93,6 +93,27 @@ TEST(ChatTemplate, RendersAsTheServerTemplatesAndRefusesWhatCannotRender) {
   EXPECT_NE(e2.find("cannot be rendered: TemplateSyntaxError"), std::string::npos) << e2;
 }
 
+// What transformers hands every template: tools and documents none, every special token of the config, the
+// {% generation %} tag (its body rendered); a bare template file gets the tokenizer's BOS.
+TEST(ChatTemplate, RendersWithWhatTransformersHandsTheTemplate) {
+  const std::string dir = testutil::tmp_dir("chat_env");
+  const nlohmann::json cfg = {
+      {"bos_token", "<s>"},
+      {"unk_token", {{"content", "<unk>"}, {"special", true}}},
+      {"additional_special_tokens", {"[INST]", "[/INST]"}},
+      {"chat_template",
+       "{% if tools is not none %}[TOOLS]{% endif %}{% if documents is not none %}[DOCS]{% endif %}"
+       "{{ bos_token }}{{ unk_token }}{{ additional_special_tokens[0] }}"
+       "{% for m in messages %}{% generation %}{{ m['content'] }}{% endgeneration %}{% endfor %}"
+       "{{ additional_special_tokens[1] }}"}};
+  io_write_atomic(dir + "/tokenizer_config.json", cfg.dump());
+  const ChatTemplate t = chat_template_load(dir + "/tokenizer_config.json");
+  EXPECT_EQ(chat_template_render(t, {{"user", "hi"}}, true, "<ignored>"), "<s><unk>[INST]hi[/INST]");
+  io_write_atomic(dir + "/bare.jinja", "{{ bos_token }}{{ messages[0]['content'] }}");
+  EXPECT_EQ(chat_template_render(chat_template_load(dir + "/bare.jinja"), {{"user", "hi"}}, true, "<bos>"),
+            "<bos>hi");
+}
+
 // A chat-only server: /v1/completions and the chat forms of /tokenize and /apply-template answer 404; the
 // plain /tokenize stays (the token source). Every chat request body is kept.
 struct ChatOnly {

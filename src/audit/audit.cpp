@@ -156,6 +156,8 @@ PhaseCard audit_run(ProbeConnection& c, const AuditOptions& opt) {
   try {
     fd = flip_build(audit_flip_spec(c.model.token_space, opt.S), *c.tokens, log);
   } catch (const Error& e) {
+    // a server that stopped answering is the audit's error (rerun to resume), not the sweep's
+    c.tokens->encode("flip");
     flip_json = flip_check_unbuilt_json(e.what());
   }
   if (fd) {

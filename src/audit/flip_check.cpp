@@ -39,7 +39,7 @@ FlipSpec audit_flip_spec(const ServedTokenSpace& space, int S) {
   s.L_min = 24;
   s.L_max = s.L_min + lengths - 1;
   s.P_min = 2;
-  s.P_max = std::max(8, 2 * S);
+  s.P_max = std::max(8, std::min(2 * S, lengths / 2));  // every class of the longest period holds 2 lengths
   return s;
 }
 
@@ -113,6 +113,8 @@ nlohmann::json flip_check_json(const FlipResult& r, const FlipCheck& c, int S) {
             {"p_value", json_number_or_null(c.p_value)},
             {"permutations", c.permutations},
             {"stride", S},
+            {"periods_tried",
+             {r.periods.empty() ? 1 : r.periods.front().P, r.periods.empty() ? 1 : r.periods.back().P}},
             {"candidates", r.candidates},
             {"unscored", r.unscored}}}};
 }

@@ -3,7 +3,7 @@
 // best P always fits at least as well as P = 1 (no flip), and a long P fits noise, so the verdict asks
 // how often winners shuffled at random over the same lengths fit that well.
 // Rule (flip_rule() is the card's text): inconclusive when the sweep cannot be built in the server's
-// tokens (flip_check_unbuilt_json) or fewer than 8 lengths have a known winner
+// tokens (flip_check_unbuilt_json) or fewer than 8 points (lengths, pooled over families) have a known winner
 // (a candidate's log-prob outside the server's top-k is unknown); pass when the same candidate wins at
 // every scored length; otherwise D = follows(best P) - follows(P = 1) is compared with D over 2000
 // seeded permutations of the winners among each family's scored lengths (the same periods tried):
@@ -29,7 +29,8 @@ struct FlipCheck {
 std::string flip_rule();
 
 // The audit's sweep for stride S: a phasescope server's token-space example, else the FP8 example; max(16,
-// 4S) lengths from L = 24 (at most 256), periods up to 2S (at least 8).
+// 4S) lengths from L = 24 (at most 256), periods 2 to min(2S, half the lengths) (at least 8), so that even
+// the longest period's classes hold two lengths each (a period of one length per class fits anything).
 FlipSpec audit_flip_spec(const ServedTokenSpace& space, int S);
 
 // Judge a flip result (pure; seeded).

@@ -19,7 +19,9 @@ ProgramRun run_program(const std::vector<std::string>& argv, bool merge_stderr,
                        const std::string& stdin_path) {
   // the child: standard input from the file, standard output (and standard error) into a pipe
   int fds[2];
-  if (::pipe(fds) != 0) fail(argv.at(0), std::string("pipe failed: ") + std::strerror(errno), "retry");
+  // close-on-exec: a child another thread starts meanwhile inherits neither end (the dup2 below clears it)
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    fail(argv.at(0), std::string("pipe failed: ") + std::strerror(errno), "retry");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, stdin_path.empty() ? "/dev/null" : stdin_path.c_str(),

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 
@@ -26,12 +26,12 @@ namespace {
 constexpr const char* kRenderScript = R"PY(
 import json, sys
 try:
-    import jinja2, jinja2.ext
+    import jinja2, jinja2.ext, jinja2.nodes
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 except ImportError as e:
     print(json.dumps({"missing": str(e)}))
     sys.exit(3)
-req = json.load(sys.stdin)
+req = json.load(sys.stdin.buffer)
 def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -39,12 +39,22 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
 def strftime_now(fmt):
     import datetime
     return datetime.datetime.now().strftime(fmt)
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+class Generation(jinja2.ext.Extension):
+    # {% generation %}...{% endgeneration %} marks assistant text for masks; rendering keeps its body
+    tags = {"generation"}
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+    def _body(self, caller):
+        return caller()
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                    extensions=[Generation, jinja2.ext.loopcontrols])
 env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = strftime_now
 try:
-    out = env.from_string(req["template"]).render(messages=req["messages"],
+    out = env.from_string(req["template"]).render(messages=req["messages"], tools=None, documents=None,
         add_generation_prompt=req["add_generation_prompt"], **req["variables"])
 except Exception as e:
     print(json.dumps({"error": type(e).__name__ + ": " + str(e)}))
@@ -80,7 +90,8 @@ ChatTemplate chat_template_load(const std::string& path) {
     } else if (ct.is_array()) {  // named templates: the default one
       std::string names;
       for (const auto& e : ct) {
-        const std::string name = e.is_object() ? e.value("name", "") : "";
+        const std::string name =
+            e.is_object() && e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
         names += (names.empty() ? "" : ", ") + name;
         if (name == "default" && e.contains("template") && e["template"].is_string())
           t.text = e["template"].get<std::string>();
@@ -93,8 +104,21 @@ ChatTemplate chat_template_load(const std::string& path) {
       fail(path + ": chat_template", "neither a string nor a list of named templates",
            "pass the template itself as a .jinja file");
     }
-    if (j.contains("bos_token")) t.bos_token = token_text(j["bos_token"]);
-    if (j.contains("eos_token")) t.eos_token = token_text(j["eos_token"]);
+    for (const auto& [key, value] : j.items()) {
+      const bool token = key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0;
+      if (token && (value.is_string() || value.is_object())) t.special[key] = token_text(value);
+      if (token && value.is_null()) t.special[key] = nullptr;
+    }
+    if (j.contains("additional_special_tokens") && j["additional_special_tokens"].is_array()) {
+      nlohmann::json extra = nlohmann::json::array();
+      for (const auto& v : j["additional_special_tokens"]) extra.push_back(token_text(v));
+      t.special["additional_special_tokens"] = extra;
+    }
+    if (t.special.contains("bos_token") && t.special["bos_token"].is_string())
+      t.bos_token = t.special["bos_token"].get<std::string>();
+    if (t.special.contains("eos_token") && t.special["eos_token"].is_string())
+      t.eos_token = t.special["eos_token"].get<std::string>();
+    t.from_config = true;
   } else {
     t.text = body;
   }
@@ -117,21 +141,41 @@ std::string chat_template_render(const ChatTemplate& t, const std::vector<ChatMe
                                  bool add_generation_prompt, const std::string& bos_text) {
   nlohmann::json msgs = nlohmann::json::array();
   for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
-  nlohmann::json vars = t.kwargs;
-  vars["bos_token"] = t.bos_token.empty() ? bos_text : t.bos_token;
-  vars["eos_token"] = t.eos_token;
+  nlohmann::json vars = t.special;
+  for (const auto& [k, v] : t.kwargs.items()) vars[k] = v;
+  if (!t.from_config) {  // a bare template: the tokenizer's BOS; a config says its own (even null)
+    vars["bos_token"] = bos_text;
+    vars["eos_token"] = t.eos_token;
+  }
   const nlohmann::json req = {{"template", t.text},
                               {"messages", msgs},
                               {"add_generation_prompt", add_generation_prompt},
                               {"variables", vars}};
-  // the request through a temp file (a long prompt does not fit an argument), one name per render
-  static std::atomic<uint64_t> renders{0};
-  const std::string in = (std::filesystem::temp_directory_path() /
-                          fmt::format("phasescope-chat-{}-{}.json", ::getpid(), renders.fetch_add(1)))
-                             .string();
-  io_write_atomic(in, req.dump());
-  const ProgramRun run = run_program({"python3", "-c", kRenderScript}, false, in);
-  std::remove(in.c_str());
+  std::string body;
+  try {
+    body = req.dump();
+  } catch (const nlohmann::json::exception&) {
+    fail("chat template " + t.source, "the template or a message is not valid UTF-8",
+         "pass the template as the model's repository has it (UTF-8)");
+  }
+  // the request through a temp file (a long prompt does not fit an argument), removed however this ends
+  struct TempInput {  // removed (and closed) however this ends
+    std::string path;
+    int fd = -1;
+    ~TempInput() {
+      if (fd >= 0) ::close(fd);
+      if (!path.empty()) std::remove(path.c_str());
+    }
+  } in;
+  std::string name = (std::filesystem::temp_directory_path() / "phasescope-chat-XXXXXX").string();
+  in.fd = ::mkstemp(name.data());
+  if (in.fd < 0) fail("chat template " + t.source, "cannot create a temp file " + name, "check TMPDIR");
+  in.path = name;
+  io_write_all(in.fd, body.data(), body.size(), in.path);
+  ::close(in.fd);
+  in.fd = -1;
+  // -I: isolated (no current folder, user site or PYTHON* variables between it and Debian's jinja2)
+  const ProgramRun run = run_program({"python3", "-I", "-c", kRenderScript}, false, in.path);
   if (run.status == 127)
     fail("chat template " + t.source, "python3 is not installed; it renders chat templates with jinja2",
          "install python3 and python3-jinja2 (scripts/setup.sh does)");
@@ -149,7 +193,10 @@ std::string chat_template_render(const ChatTemplate& t, const std::vector<ChatMe
   if (out.contains("error"))
     fail("chat template " + t.source, "cannot be rendered: " + out["error"].get<std::string>(),
          "pass the template the server uses (its tokenizer_config.json or chat_template.jinja), or fix it");
-  return out.at("text").get<std::string>();
+  if (!out.is_object() || !out.contains("text") || !out["text"].is_string())
+    fail("chat template " + t.source, "the renderer's answer has no text",
+         "check that python3 runs jinja2 (scripts/setup.sh installs python3-jinja2)");
+  return out["text"].get<std::string>();
 }
 
 const std::string& chat_frame_probe_text() {
@@ -162,7 +209,8 @@ ChatFrame chat_frame_of(const std::vector<int>& chat, const TokenSource& ts, con
   auto it = std::search(chat.begin(), chat.end(), c.begin(), c.end());
   if (c.empty() || it == chat.end())
     fail(where, "the user text's tokens do not appear inside the templated chat's tokens",
-         "pass --template-offset N (the tokens the template puts before the user text)");
+         "pass the template that renders the user's text as it is, or drop --chat-template and pass "
+         "--template-offset N (the tokens the template puts before the user text)");
   return {int64_t(it - chat.begin()), int64_t(chat.size() - c.size())};
 }
 

@@ -12,9 +12,9 @@ namespace {
 
 // The template's frame, measured here; the server's too when it tokenizes chats (vLLM, llama-server), and
 // then both must agree. A chat-only server (no /tokenize of a chat) has the template's frame alone, which
-// every reply's usage.prompt_tokens then verifies.
-ChatFrame chat_template_frame_checked(const ChatTemplate& t, const OpenAIOptions& api,
-                                      const TokenSource* ts) {
+// every reply's usage.prompt_tokens then verifies (*verified_by_usage: replies without usage are refused).
+ChatFrame chat_template_frame_checked(const ChatTemplate& t, const OpenAIOptions& api, const TokenSource* ts,
+                                      HttpPool& pool, TokenizeFlavor flavor, bool* verified_by_usage) {
   const std::string flag = "--chat-template " + t.source;
   if (api.api != ApiKind::Chat)
     fail(flag, "a chat template is for chat requests", "add --api chat (or drop --chat-template)");
@@ -23,22 +23,32 @@ ChatFrame chat_template_frame_checked(const ChatTemplate& t, const OpenAIOptions
   if (ts == nullptr)
     fail(flag, "measuring the template needs a tokenizer", "pass --tokenizer tokenizer.json");
   const ChatFrame f = chat_template_frame(t, *ts);
-  if (const auto* st = dynamic_cast<const ServerTokenizer*>(ts)) {
-    std::optional<ChatFrame> server;
-    try {
-      server =
-          chat_frame_of(st->encode_chat({{"user", chat_frame_probe_text()}}, true, api.chat_template_kwargs),
-                        *st, "the server's chat tokenize");
-    } catch (const Error&) {  // the server does not tokenize chats: the template's frame alone
-    }
-    if (server && (server->offset != f.offset || server->total != f.total))
-      fail(flag,
-           fmt::format(
-               "puts the user's text at token {} with {} template tokens in all, where the server's own "
-               "chat tokenization puts it at {} with {}: this is not the template the server uses",
-               f.offset, f.total, server->offset, server->total),
-           "pass the server's template (the tokenizer_config.json it loaded), or drop --chat-template");
+  // the server's own chat tokens (a local tokenizer was checked against its /tokenize already)
+  std::vector<int> chat;
+  try {
+    chat = ServerTokenizer(pool, api.model, flavor)
+               .encode_chat({{"user", chat_frame_probe_text()}}, true, api.chat_template_kwargs);
+  } catch (const Error&) {  // the server does not tokenize chats: the template's frame alone
+    *verified_by_usage = true;
+    return f;
   }
+  const std::string mismatch = "this is not the template the server uses";
+  const std::string fix =
+      "pass the server's template (the tokenizer_config.json it loaded), or drop --chat-template";
+  ChatFrame server;
+  try {
+    server = chat_frame_of(chat, *ts, "the server's chat tokenize");
+  } catch (const Error&) {
+    fail(flag, "the server's own chat tokens do not hold the user's text as its own tokens: " + mismatch,
+         fix);
+  }
+  if (server.offset != f.offset || server.total != f.total)
+    fail(
+        flag,
+        fmt::format("puts the user's text at token {} with {} template tokens in all, where the server's own "
+                    "chat tokenization puts it at {} with {}: {}",
+                    f.offset, f.total, server.offset, server.total, mismatch),
+        fix);
   return f;
 }
 
@@ -98,9 +108,12 @@ ProbeConnection probe_connect(const ProbeConnectOptions& o) {
   if (!o.chat_template_path.empty()) {
     c.chat_template = chat_template_load(o.chat_template_path);
     api.chat_template_kwargs = c.chat_template->kwargs;
-    const ChatFrame f = chat_template_frame_checked(*c.chat_template, api, c.tokens.get());
+    bool by_usage = false;
+    const ChatFrame f =
+        chat_template_frame_checked(*c.chat_template, api, c.tokens.get(), *c.pool, o.flavor, &by_usage);
     api.template_offset = int(f.offset);
     api.template_total = int(f.total);
+    if (by_usage) api.require_usage = true;  // nothing else verifies positions on a chat-only server
   }
   c.backend = std::make_unique<HttpBackend>(*c.pool, api, c.tokens.get());
   return c;
@@ -112,19 +125,26 @@ NeedleSpec needle_spec_for(const ProbeConnection& c, NeedleSpec spec, const Need
   if (log)
     *log << fmt::format("server context: {}\n",
                         ctx > 0 ? std::to_string(ctx) + " tokens" : std::string("unknown"));
-  const int64_t extra = c.backend->options().echo ? 2 : 1;  // one to generate (and the echoed answer)
+  // beside the prompt: one token to generate, the echoed answer, the chat template's tokens around it
+  const bool echo = c.backend->options().echo;
+  const int64_t around =
+      c.backend->options().api == ApiKind::Chat
+          ? std::max<int64_t>(0, c.backend->chat_overhead().second - (c.tokens->bos_id() >= 0 ? 1 : 0))
+          : 0;
+  const int64_t extra = (echo ? 2 : 1) + around;
+  const std::string beside = fmt::format("{}one to generate{}", echo ? "the echoed answer, " : "",
+                                         around > 0 ? fmt::format(", the chat template's {}", around) : "");
   if (ctx > 0 && spec.context + extra > ctx && !given.context) {
     spec.context = ctx - extra;  // the default does not fit: the longest prompt that does
     if (log)
       *log << fmt::format("context: {} tokens (the server's context less {}; --context sets it)\n",
-                          spec.context,
-                          extra == 2 ? "the echoed answer and one to generate" : "one to generate");
+                          spec.context, beside);
   }
   if (ctx > 0 && spec.context + extra > ctx)
     fail("--context " + std::to_string(spec.context),
-         fmt::format("prompts of {} tokens (+{}) do not fit the server's context of {} tokens; nothing "
+         fmt::format("prompts of {} tokens (+{}: {}) do not fit the server's context of {} tokens; nothing "
                      "was sent (prompts are never truncated)",
-                     spec.context, extra == 2 ? "the echoed answer, +1 to generate" : "1 to generate", ctx),
+                     spec.context, extra, beside, ctx),
          fmt::format("pass --context {} or less, or serve the model with a longer context", ctx - extra));
   const ServedTokenSpace& space = c.model.token_space;
   if (space.present) {

@@ -29,8 +29,11 @@ void add_audit_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->opt.needle.seed, "seed of the needle's records and shifts")
       ->capture_default_str();
-  cmd->add_flag("--fresh", a->opt.fresh, "start the needle's and the flip sweep's journals over");
-  cmd->add_option("--out", a->opt.out, "output directory (card.json, card.html, needle/, flip/)")->required();
+  cmd->add_flag("--fresh", a->opt.fresh,
+                "start the needle's, query-phase's and the flip sweep's journals over");
+  cmd->add_option("--out", a->opt.out,
+                  "output directory (card.json, card.html, needle/, query-phase/, flip/)")
+      ->required();
   cmd->callback([a, cmd] {
     std::cout << "runtime: " << runtime_describe(runtime_init()) << "\n";
     ProbeConnectOptions co = http_connect_options(a->http);
