@@ -113,14 +113,25 @@ HttpOptions http_options(const std::string& url) {
   return o;
 }
 
-InvarianceReport audit(MockEngine& e, uint64_t seed) {
-  HttpPool pool(http_options(e.server.url()));
-  ServerTokenizer ts(pool, "fake-model");
+OpenAIOptions mock_api(int batch) {
   OpenAIOptions api;
   api.model = "fake-model";
-  api.batch = 256;
-  HttpBackend b(pool, api, &ts);
-  return audit_invariance(b, probes(e.server, 24, seed), InvarianceOptions{});
+  api.batch = batch;
+  return api;
+}
+
+// The HTTP backend on a mock engine, the server's /tokenize as its token source.
+struct MockClient {
+  HttpPool pool;
+  ServerTokenizer ts;
+  HttpBackend backend;
+  explicit MockClient(MockEngine& e, int batch = 256)
+      : pool(http_options(e.server.url())), ts(pool, "fake-model"), backend(pool, mock_api(batch), &ts) {}
+};
+
+InvarianceReport audit(MockEngine& e, uint64_t seed) {
+  MockClient c(e);
+  return audit_invariance(c.backend, probes(e.server, 24, seed), InvarianceOptions{});
 }
 
 TEST(AuditInvariance, EachPlantedFaultIsFlaggedByItsCheckOnly) {
@@ -160,19 +171,19 @@ std::vector<QueryPhaseProbe> needles(fake::Server& s, int n, uint64_t seed) {
   return out;
 }
 
-QueryPhaseResult query_phase(MockEngine& e, uint64_t seed) {
-  HttpPool pool(http_options(e.server.url()));
-  ServerTokenizer ts(pool, "fake-model");
-  OpenAIOptions api;
-  api.model = "fake-model";
-  api.batch = 256;
-  HttpBackend b(pool, api, &ts);
+// Query-phase at S = 4 with "." as the neutral token, journaled in a fresh folder.
+QueryPhaseOptions query_phase_options(MockEngine& e, const std::string& name) {
   QueryPhaseOptions o;
   o.S = 4;
   o.neutral = e.server.tok.encode(".")[0];
-  o.journal = testutil::tmp_dir("query_phase") + "/journal.jsonl";
+  o.journal = testutil::tmp_dir(name) + "/journal.jsonl";
   o.model = "fake-model";
-  return audit_query_phase(b, needles(e.server, 24, seed), o);
+  return o;
+}
+
+QueryPhaseResult query_phase(MockEngine& e, uint64_t seed) {
+  MockClient c(e);
+  return audit_query_phase(c.backend, needles(e.server, 24, seed), query_phase_options(e, "query_phase"));
 }
 
 TEST(AuditQueryPhase, WrongAnswersAtLength3Mod4AreFlaggedAndNothingElseIs) {
@@ -202,17 +213,9 @@ TEST(AuditQueryPhase, WrongAnswersAtLength3Mod4AreFlaggedAndNothingElseIs) {
 // the same; a journal of another design is refused.
 TEST(AuditQueryPhase, ResumesFromItsJournal) {
   MockEngine e(Fault::LengthMod4);
-  HttpPool pool(http_options(e.server.url()));
-  ServerTokenizer ts(pool, "fake-model");
-  OpenAIOptions api;
-  api.model = "fake-model";
-  api.batch = 16;
-  HttpBackend b(pool, api, &ts);
-  QueryPhaseOptions o;
-  o.S = 4;
-  o.neutral = e.server.tok.encode(".")[0];
-  o.journal = testutil::tmp_dir("query_phase_resume") + "/journal.jsonl";
-  o.model = "fake-model";
+  MockClient c(e, 16);
+  HttpBackend& b = c.backend;
+  const QueryPhaseOptions o = query_phase_options(e, "query_phase_resume");
   const QueryPhaseResult first = audit_query_phase(b, needles(e.server, 12, 5), o);
   const int sent = e.server.completions.load();
   EXPECT_EQ(sent, 12 * 8);

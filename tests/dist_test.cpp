@@ -345,7 +345,7 @@ TEST(DistTrainCli, AKilledRankFailsTheGroupCleanlyAndTheRerunLosesNoRow) {
   testutil::wait_exit(r1);
   const auto t_kill = std::chrono::steady_clock::now();
   const int code0 = testutil::wait_exit(r0);
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count();
+  const double waited = testutil::seconds_since(t_kill);
   const std::string log0 = testutil::slurp(dir + "/r0.log");
   ASSERT_EQ(code0, 1) << log0;
   EXPECT_NE(log0.find("rerun the same command to resume"), std::string::npos) << log0;
@@ -386,7 +386,7 @@ TEST(Launch, StopsTheGroupWhenARankDiesAndReportsIt) {
   s.out = [](const std::string&, bool) {};
   const auto t0 = std::chrono::steady_clock::now();
   const LaunchResult k = launch_local(s);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+  EXPECT_LT(testutil::seconds_since(t0), 30.0);
   EXPECT_EQ(k.failed_rank, 1);
   EXPECT_EQ(k.exit_code, 3);
   EXPECT_NE(k.failure.find("dying"), std::string::npos) << k.failure;

@@ -29,11 +29,8 @@
 namespace phasescope {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using testutil::Clock;
+using testutil::seconds_since;
 
 using testhttp::api;
 using testhttp::fast;
@@ -171,7 +168,7 @@ TEST(HttpBackendTest, AlwaysFailingServerOpensTheBreaker) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<ScoreRequest> reqs(64, ScoreRequest{p.tokens, p.answer});
   const std::vector<ScoreResult> out = b.score(reqs);
-  const double s_taken = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s_taken = seconds_since(t0);
   int not_sent = 0;
   for (const ScoreResult& r : out) {
     EXPECT_NE(r.error, "");
@@ -204,7 +201,7 @@ TEST(HttpBackendTest, ConnectionRefusedFailsFast) {
   EXPECT_NE(r.error.find("no reply from http://127.0.0.1:" + std::to_string(port)), std::string::npos)
       << r.error;
   EXPECT_NE(r.error.find("after 1 attempt over"), std::string::npos) << r.error;
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_LT(seconds_since(t0), 2.0);
   ServerTokenizer ts(pool, "fake-model");
   std::string err;
   try {

@@ -37,11 +37,8 @@ namespace phasescope {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using testutil::Clock;
+using testutil::seconds_since;
 
 using testhttp::api;
 using testhttp::fast;

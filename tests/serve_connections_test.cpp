@@ -30,11 +30,8 @@ namespace {
 
 namespace ts = testing_serve;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double since_ms(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using testutil::Clock;
+using testutil::ms_since;
 
 // ---- hostile and slow connections
 
@@ -51,7 +48,7 @@ RawReply raw_exchange(int port, const std::string& bytes, int timeout_ms) {
   const int fd = ts::stalled_connection(port, bytes);
   if (fd < 0) return out;
   char buf[4096];
-  while (since_ms(t0) < timeout_ms) {
+  while (ms_since(t0) < timeout_ms) {
     timeval tv = {0, 50 * 1000};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
@@ -63,7 +60,7 @@ RawReply raw_exchange(int port, const std::string& bytes, int timeout_ms) {
         out.text.size() >= head + 4 + std::stoul(out.text.substr(cl + 16)))
       break;
   }
-  out.ms = since_ms(t0);
+  out.ms = ms_since(t0);
   ::close(fd);
   if (out.text.rfind("HTTP/1.1 ", 0) == 0) out.status = std::stoi(out.text.substr(9, 3));
   return out;
@@ -119,7 +116,7 @@ TEST(ServeConnections, ARequestMustArriveWholeWithinTheTimeout) {
   }
   ::close(fd);
   EXPECT_TRUE(cut);
-  EXPECT_LT(since_ms(t0), 6000.0);
+  EXPECT_LT(ms_since(t0), 6000.0);
   std::filesystem::remove_all(dir);
 }
 
@@ -137,7 +134,7 @@ TEST(ServeConnections, AHundredHalfSentRequestsDoNotStarveHealth) {
   for (int i = 0; i < 5; ++i) {
     const auto t0 = Clock::now();
     EXPECT_EQ(ts::get(server.port(), "/health").status, 200);
-    worst = std::max(worst, since_ms(t0));
+    worst = std::max(worst, ms_since(t0));
   }
   std::printf("  /health with 100 half-sent requests open: slowest of 5 answers %.1f ms\n", worst);
   EXPECT_LT(worst, 1000.0);
@@ -207,7 +204,7 @@ TEST(ServeShutdown, InProcessFinishesInFlightRequestsThenRefusesConnections) {
   });
   // wait until the request is being generated, then shut down under it
   const auto t0 = Clock::now();
-  while (server.stats().tokens_generated < 3 && since_ms(t0) < 20000)
+  while (server.stats().tokens_generated < 3 && ms_since(t0) < 20000)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const int64_t generated_at_stop = server.stats().tokens_generated;
   ASSERT_GE(generated_at_stop, 3);
@@ -254,7 +251,7 @@ TEST(ServeShutdown, SigtermFinishesInFlightRequestsAndExitsZero) {
   // its port, from the line "listening on http://127.0.0.1:PORT ..."
   int port = 0;
   const auto t0 = Clock::now();
-  while (port == 0 && since_ms(t0) < 60000) {
+  while (port == 0 && ms_since(t0) < 60000) {
     const std::string s = testutil::slurp(dir + "/serve.log");
     const size_t at = s.find("listening on http://127.0.0.1:");
     if (at != std::string::npos) port = std::atoi(s.c_str() + at + 30);
@@ -268,10 +265,10 @@ TEST(ServeShutdown, SigtermFinishesInFlightRequestsAndExitsZero) {
   std::thread t([&] {
     in_flight = ts::post(port, "/v1/completions",
                          json{{"prompt", "bos k4"}, {"max_tokens", 400}, {"temperature", 0}});
-    replied_ms = since_ms(t0);
+    replied_ms = ms_since(t0);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  const double kill_ms = since_ms(t0);
+  const double kill_ms = ms_since(t0);
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   t.join();
   std::printf("  SIGTERM at %.0f ms, the in-flight reply at %.0f ms\n", kill_ms, replied_ms);

@@ -24,11 +24,8 @@ namespace {
 
 namespace ts = testing_serve;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double since_ms(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using testutil::Clock;
+using testutil::ms_since;
 
 // One server on the tiny checkpoint for the endpoint tests (built once per binary).
 class Serve : public ::testing::Test {
@@ -619,7 +616,7 @@ TEST_F(Serve, StalledClientsAndLongGenerationsHoldNobodyBack) {
     const ts::Reply r = ts::post(port(), "/v1/completions",
                                  json{{"prompt", "bos k1"}, {"max_tokens", 1}, {"temperature", 0}});
     EXPECT_EQ(r.status, 200);
-    EXPECT_LT(since_ms(t0), 2000.0);
+    EXPECT_LT(ms_since(t0), 2000.0);
   }
   for (int fd : stalled) ::close(fd);
 
@@ -632,11 +629,11 @@ TEST_F(Serve, StalledClientsAndLongGenerationsHoldNobodyBack) {
                                  json{{"prompt", "bos k2"}, {"max_tokens", 120}, {"temperature", 0}});
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.body["usage"]["completion_tokens"], 120);
-    long_done_ms = since_ms(t0);
+    long_done_ms = ms_since(t0);
   });
   // the short ones are sent as soon as the long one generates (not after a fixed sleep, which on the
   // KV cache was close to the long one's whole generation time)
-  while (server_->stats().tokens_generated == generated_before && since_ms(t0) < 20000)
+  while (server_->stats().tokens_generated == generated_before && ms_since(t0) < 20000)
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   std::vector<double> short_ms(3, 0.0);
   std::vector<std::thread> shorts;
@@ -645,7 +642,7 @@ TEST_F(Serve, StalledClientsAndLongGenerationsHoldNobodyBack) {
       const ts::Reply r = ts::post(port(), "/v1/completions",
                                    json{{"prompt", "bos k3"}, {"max_tokens", 1}, {"temperature", 0}});
       EXPECT_EQ(r.status, 200);
-      short_ms[i] = since_ms(t0);
+      short_ms[i] = ms_since(t0);
     });
   for (std::thread& th : shorts) th.join();
   const double short_done_ms = *std::max_element(short_ms.begin(), short_ms.end());

@@ -1,4 +1,5 @@
-// testing.h — what many test files need, in one copy: fresh temporary folders, reading a file whole,
+// testing.h — what many test files need, in one copy: fresh temporary folders, reading a file whole, the
+// time since a steady-clock instant,
 // the message of the phasescope::Error a call throws, child processes with their output in a file, and a
 // tiny version of a preset that trains in
 // well under a second per step. Header-only; tests include it after gtest.
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -24,6 +26,14 @@
 
 namespace phasescope {
 namespace testutil {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds (and milliseconds) from t0 to now on the steady clock.
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+inline double ms_since(Clock::time_point t0) { return 1000 * seconds_since(t0); }
 
 // A fresh empty folder under the system temp dir, unique to this call and this process
 // (phasescope-<name>-<pid>-XXXXXX, made by mkdtemp), so test binaries can run in parallel.
