@@ -45,20 +45,18 @@ nlohmann::json needle_check(const EvalResults& r) {
     verdict = "inconclusive";
     reason = fmt::format("gap {:.1f} points with p = {:.2g}: between the thresholds", 100 * s.gap, s.p_value);
   }
-  return {{"name", "needle-phase"},
-          {"verdict", verdict},
-          {"reason", reason},
-          {"rule",
-           "The position-matched needle by the target key's residue: fail when the independence test "
-           "gives p < 0.01 and the gap is >= 10 points; pass when p >= 0.05; else inconclusive."},
-          {"figures",
-           {{"mean", json_number_or_null(s.mean)},
-            {"worst", json_number_or_null(s.worst)},
-            {"best", json_number_or_null(s.best)},
-            {"gap", json_number_or_null(s.gap)},
-            {"p_value", json_number_or_null(s.p_value)},
-            {"period", s.period.P},
-            {"n", s.n_scored}}}};
+  return card_check_json(
+      "needle-phase", verdict, reason,
+      "The position-matched needle by the target key's residue: inconclusive when the model "
+      "answers fewer than 5% of the needles; else fail when the independence test gives "
+      "p < 0.01 and the gap is >= 10 points; pass when p >= 0.05; else inconclusive.",
+      {{"mean", json_number_or_null(s.mean)},
+       {"worst", json_number_or_null(s.worst)},
+       {"best", json_number_or_null(s.best)},
+       {"gap", json_number_or_null(s.gap)},
+       {"p_value", json_number_or_null(s.p_value)},
+       {"period", s.period.P},
+       {"n", s.n_scored}});
 }
 
 // The chat template, if any: the file, its text and sha256, the kwargs sent, and the frame in tokens.

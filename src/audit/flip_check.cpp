@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/json_fields.h"
+#include "eval/card.h"
 
 namespace phasescope {
 
@@ -98,33 +99,28 @@ FlipCheck flip_check(const FlipResult& r, uint64_t seed, int permutations) {
 nlohmann::json flip_check_json(const FlipResult& r, const FlipCheck& c, int S) {
   nlohmann::json pattern = nlohmann::json::array();
   for (int w : r.best.pattern) pattern.push_back(r.candidates.at(size_t(w)));
-  return {{"name", "flip"},
-          {"verdict", c.verdict},
-          {"reason", c.reason},
-          {"rule", flip_rule()},
-          {"figures",
-           {{"comparisons", r.comparisons},
-            {"flips", r.flips},
-            {"period", r.best.P},
-            {"pattern", pattern},
-            {"follows", r.best.follows},
-            {"baseline_follows", r.baseline.follows},
-            {"excess", c.excess},
-            {"p_value", json_number_or_null(c.p_value)},
-            {"permutations", c.permutations},
-            {"stride", S},
-            {"periods_tried",
-             {r.periods.empty() ? 1 : r.periods.front().P, r.periods.empty() ? 1 : r.periods.back().P}},
-            {"candidates", r.candidates},
-            {"unscored", r.unscored}}}};
+  return card_check_json(
+      "flip", c.verdict, c.reason, flip_rule(),
+      {{"comparisons", r.comparisons},
+       {"flips", r.flips},
+       {"period", r.best.P},
+       {"pattern", pattern},
+       {"follows", r.best.follows},
+       {"baseline_follows", r.baseline.follows},
+       {"excess", c.excess},
+       {"p_value", json_number_or_null(c.p_value)},
+       {"permutations", c.permutations},
+       {"stride", S},
+       {"periods_tried",
+        {r.periods.empty() ? 1 : r.periods.front().P, r.periods.empty() ? 1 : r.periods.back().P}},
+       {"candidates", r.candidates},
+       {"unscored", r.unscored}});
 }
 
 nlohmann::json flip_check_unbuilt_json(const std::string& why) {
-  return {{"name", "flip"},
-          {"verdict", "inconclusive"},
-          {"reason", "the flip sweep could not be built in this server's tokens: " + why},
-          {"rule", flip_rule()},
-          {"figures", nlohmann::json::object()}};
+  return card_check_json("flip", "inconclusive",
+                         "the flip sweep could not be built in this server's tokens: " + why, flip_rule(),
+                         nlohmann::json::object());
 }
 
 }  // namespace phasescope

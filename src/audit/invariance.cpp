@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/json_fields.h"
+#include "eval/card.h"
 
 namespace phasescope {
 
@@ -180,18 +181,14 @@ InvarianceReport audit_invariance(Backend& backend, const std::vector<Invariance
 }
 
 nlohmann::json invariance_check_json(const InvarianceCheck& c) {
-  return {{"name", c.name},
-          {"verdict", c.verdict},
-          {"reason", c.reason},
-          {"rule", invariance_rule()},
-          {"figures",
-           {{"n", c.n},
-            {"n_over", c.n_over},
-            {"top1_changed", c.top1_changed},
-            {"tolerance", json_number_or_null(c.tolerance)},
-            {"noise_max", json_number_or_null(c.noise_max)},
-            {"max_diff", json_number_or_null(c.max_diff)},
-            {"mean_diff", json_number_or_null(c.mean_diff)}}}};
+  return card_check_json(c.name, c.verdict, c.reason, invariance_rule(),
+                         {{"n", c.n},
+                          {"n_over", c.n_over},
+                          {"top1_changed", c.top1_changed},
+                          {"tolerance", json_number_or_null(c.tolerance)},
+                          {"noise_max", json_number_or_null(c.noise_max)},
+                          {"max_diff", json_number_or_null(c.max_diff)},
+                          {"mean_diff", json_number_or_null(c.mean_diff)}});
 }
 
 }  // namespace phasescope

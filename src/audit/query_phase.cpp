@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "core/json_fields.h"
+#include "eval/card.h"
 #include "eval/scoring.h"
 #include "eval/stats.h"
 
@@ -125,20 +126,16 @@ nlohmann::json query_phase_check_json(const QueryPhaseResult& r) {
   nlohmann::json acc = nlohmann::json::array(), lp = nlohmann::json::array();
   for (double a : r.acc) acc.push_back(json_number_or_null(a));
   for (double l : r.logprob) lp.push_back(json_number_or_null(l));
-  return {{"name", "query-phase"},
-          {"verdict", r.verdict},
-          {"reason", r.reason},
-          {"rule", query_phase_rule()},
-          {"figures",
-           {{"S", r.S},
-            {"n", r.n},
-            {"correct", r.correct},
-            {"acc_by_length_mod_S", acc},
-            {"logprob_by_length_mod_S", lp},
-            {"gap", json_number_or_null(r.gap)},
-            {"p_value", json_number_or_null(r.p_value)},
-            {"worst", r.worst},
-            {"best", r.best}}}};
+  return card_check_json("query-phase", r.verdict, r.reason, query_phase_rule(),
+                         {{"S", r.S},
+                          {"n", r.n},
+                          {"correct", r.correct},
+                          {"acc_by_length_mod_S", acc},
+                          {"logprob_by_length_mod_S", lp},
+                          {"gap", json_number_or_null(r.gap)},
+                          {"p_value", json_number_or_null(r.p_value)},
+                          {"worst", r.worst},
+                          {"best", r.best}});
 }
 
 }  // namespace phasescope

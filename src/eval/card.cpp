@@ -65,6 +65,15 @@ Interval interval_from_json(const json& j, const std::string& key, const std::st
 
 }  // namespace
 
+nlohmann::json card_check_json(const std::string& name, const std::string& verdict, const std::string& reason,
+                               const std::string& rule, nlohmann::json figures) {
+  return {{"name", name},
+          {"verdict", verdict},
+          {"reason", reason},
+          {"rule", rule},
+          {"figures", std::move(figures)}};
+}
+
 int card_phase(const CardGrid& g, int64_t p) {
   PS_ASSERT(g.period >= 1, "card_phase: the grid has no period");
   const int64_t r = (p - g.origin) % g.period;

@@ -70,6 +70,11 @@ void card_rank_phases(PhaseCard* card);
 // Phase of absolute position p under the card's grid, in [0, period).
 int card_phase(const CardGrid& g, int64_t p);
 
+// One entry of a card's `checks` (docs/audit.md): {name, verdict ("pass" | "fail" | "inconclusive"), reason,
+// rule (the text of what the code computes), figures}. The one writer every audit check goes through.
+nlohmann::json card_check_json(const std::string& name, const std::string& verdict, const std::string& reason,
+                               const std::string& rule, nlohmann::json figures);
+
 nlohmann::json card_to_json(const PhaseCard& c);
 PhaseCard card_from_json(const nlohmann::json& j, const std::string& where);  // throws Error
 PhaseCard card_read(const std::string& path);                                 // throws Error
