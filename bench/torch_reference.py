@@ -3,7 +3,8 @@
 training-speed benchmark (bench/train_bench.cpp runs it; Debian's python3-torch, the same 1.13).
 
 What it is: a Qwen3-style decoder (pre-RMSNorm, RoPE on the last dims in interleaved pairs, Q/K
-RMSNorm, MQA, optional SwiGLU MLP, tied embeddings) with full attention or the paper's W/S chunked
+RMSNorm, MQA or grouped KV heads (--kv-heads, full attention only), optional SwiGLU MLP, tied embeddings)
+with full attention or the paper's W/S chunked
 compressor (scalar gates, per-offset payload maps, separate K/V, 16-token window), trained with
 AdamW for a fixed number of steps on random tokens, or on the batches in --data (raw int64: per step
 tokens [B, T] then targets [B, T], -1 = no loss; the logits of every row are computed and the
@@ -12,7 +13,7 @@ prototype would: raw keys and compressed entries concatenated, one T x (T + N) s
 mask. It prints one line: "tokens_per_s <float>" (batch x seq over the median step time).
 What it is not: a reference for correctness (tests/ use the C++ loop reference) or part of the product.
 Usage: torch_reference.py --kind full|chunked --d 128 --layers 2 --heads 4 --head-dim 32 --seq 256
-       --batch 32 --steps 20 --vocab 529 [--mlp 0] [--tune-malloc] [--threads N] [--data FILE]
+       --batch 32 --steps 20 --vocab 529 [--kv-heads 1] [--mlp 0] [--tune-malloc] [--threads N] [--data FILE]
 """
 import argparse
 import ctypes
@@ -25,6 +26,7 @@ p.add_argument("--d", type=int, default=128)
 p.add_argument("--layers", type=int, default=2)
 p.add_argument("--heads", type=int, default=4)
 p.add_argument("--head-dim", type=int, default=32)
+p.add_argument("--kv-heads", type=int, default=1)
 p.add_argument("--seq", type=int, default=256)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--steps", type=int, default=20)
@@ -37,6 +39,8 @@ p.add_argument("--threads", type=int, default=0)
 p.add_argument("--tune-malloc", action="store_true")
 p.add_argument("--data", default="")
 a = p.parse_args()
+if a.kv_heads != 1 and (a.kind != "full" or a.heads % a.kv_heads):
+    p.error("--kv-heads > 1 needs --kind full and --heads a multiple of it")
 
 if a.tune_malloc:  # the same glibc settings as phasescope's runtime_init
     libc = ctypes.CDLL("libc.so.6")
@@ -73,8 +77,8 @@ class Attn(nn.Module):
         super().__init__()
         d, H, D = a.d, a.heads, a.head_dim
         self.wq = nn.Linear(d, H * D, bias=False)
-        self.wk = nn.Linear(d, D, bias=False)
-        self.wv = nn.Linear(d, D, bias=False)
+        self.wk = nn.Linear(d, a.kv_heads * D, bias=False)
+        self.wv = nn.Linear(d, a.kv_heads * D, bias=False)
         self.wo = nn.Linear(H * D, d, bias=False)
         self.qn = nn.Parameter(torch.ones(D))
         self.kn = nn.Parameter(torch.ones(D))
@@ -88,11 +92,11 @@ class Attn(nn.Module):
 
     def forward(self, x):
         B, T, _ = x.shape
-        H, D = a.heads, a.head_dim
+        H, D, G = a.heads, a.head_dim, a.kv_heads
         pos = torch.arange(T)
         q = rope(rms(self.wq(x).view(B, T, H, D), self.qn), pos)
-        k = rope(rms(self.wk(x).view(B, T, 1, D), self.kn), pos)
-        v = self.wv(x).view(B, T, 1, D)
+        k = rope(rms(self.wk(x).view(B, T, G, D), self.kn), pos)
+        v = self.wv(x).view(B, T, G, D)
         qi = pos[:, None]
         if a.kind == "full":
             mask = pos[None, :] <= qi
@@ -112,9 +116,10 @@ class Attn(nn.Module):
             raw = (pos[None, :] <= qi) & (qi - pos[None, :] < a.window)
             comp = (torch.arange(N)[None, :] * a.S + a.W - 1) <= qi
             mask = torch.cat([raw, comp], 1)                                        # [T, T + N]
-        s = torch.einsum("bthd,bshd->bhts", q, K.expand(-1, -1, H, -1)) / math.sqrt(D)
+        K, V = K.repeat_interleave(H // K.shape[2], 2), V.repeat_interleave(H // V.shape[2], 2)  # query head h reads KV head h // (H / G)
+        s = torch.einsum("bthd,bshd->bhts", q, K) / math.sqrt(D)
         s = s.masked_fill(~mask, float("-inf"))
-        o = torch.einsum("bhts,bshd->bthd", torch.softmax(s, -1), V.expand(-1, -1, H, -1))
+        o = torch.einsum("bhts,bshd->bthd", torch.softmax(s, -1), V)
         return self.wo(o.reshape(B, T, H * D))
 
 

@@ -9,8 +9,13 @@
 //             unembedding on the scored rows only (lm_loss_scored), the research script computes
 //             every logit and masks with ignore_index, as such scripts do;
 //   "dense" — random tokens with a target at every position (no row to skip: the kernels alone).
+// A third table, "lm", times the language models of docs/lm (lm-* presets: 6 SwiGLU blocks, d 256,
+// T 512, batch 16) on dense random tokens over the corpus tokenizer's vocabulary (--lm-vocab; no corpus
+// needed), and prints the peak memory of one training step against what the step holds: parameters,
+// their gradients, AdamW's two moments, and the activations the autograd graph keeps at the end of the
+// forward pass (measured: live bytes after the forward minus before it).
 // All runs use the same thread count. Usage: train_bench [--steps 20] [--presets w8s8-1kv,full-1kv]
-// [--json FILE]. Run by scripts/bench.sh. Not a test.
+// [--lm-steps 5] [--lm-presets lm-full-8kv,lm-w8s8-1kv] [--json FILE]. Run by scripts/bench.sh. Not a test.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -24,6 +29,7 @@
 #include "bench_common.h"
 #include "core/runtime.h"
 #include "data/tasks.h"
+#include "memory_tracker.h"
 #include "model/model.h"
 #include "train/trainer.h"
 
@@ -148,10 +154,11 @@ double python_speed(const Preset& p, bool tune, int steps, int threads, const st
   std::string cmd = fmt::format(
       "/usr/bin/python3 {}/bench/torch_reference.py --kind {} --d {} --layers {} --heads {} --head-dim {} "
       "--seq {} "
-      "--batch {} --steps {} --vocab {} --mlp {} --W {} --S {} --window {} --threads {} --data {}{}",
+      "--batch {} --steps {} --vocab {} --kv-heads {} --mlp {} --W {} --S {} --window {} --threads {} --data "
+      "{}{}",
       PHASESCOPE_SOURCE_DIR, a.kind == AttnKind::Chunked ? "chunked" : "full", p.model.d_model,
       p.model.n_layers, p.model.n_heads, p.model.head_dim, p.task.seq_len, p.train.batch, steps,
-      p.model.vocab_size, p.model.mlp_hidden, a.W, a.S, a.window, threads, data,
+      p.model.vocab_size, a.n_kv_heads, p.model.mlp_hidden, a.W, a.S, a.window, threads, data,
       tune ? " --tune-malloc" : "");
   FILE* f = popen(cmd.c_str(), "r");
   double v = 0;
@@ -167,6 +174,38 @@ double python_speed(const Preset& p, bool tune, int steps, int threads, const st
   return v;
 }
 
+// Bytes of one training step (fp32), from the tracking allocator: the step is run twice first so the
+// gradients and AdamW's moments exist, as in every later step of a run.
+struct StepMemory {
+  double params = 0, grads = 0, adam = 0;  // what lives across steps
+  double activations = 0;                  // live after the forward minus live before it
+  double peak = 0;                         // the most live at any moment of the step
+  double held() const { return params + grads + adam + activations; }
+};
+
+StepMemory step_memory(const Preset& p, const Batches& data) {
+  auto& tracker = bench::TrackingAllocator::install();
+  torch::manual_seed(0);
+  Decoder m(p.model);
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-3));
+  StepMemory out;
+  for (const auto& w : m->parameters()) out.params += 4.0 * double(w.numel());
+  for (int s = 0; s < 3; ++s) {
+    opt.zero_grad();
+    tracker.reset_peak();
+    const double before = double(tracker.live());
+    auto loss = lm_loss_scored(*m, data.tokens[size_t(s)], data.targets[size_t(s)]);
+    out.activations = double(tracker.live()) - before;
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
+    opt.step();
+    out.peak = double(tracker.peak());
+  }
+  out.grads = out.params;     // one fp32 gradient per parameter (zero_grad zeroes, it does not free)
+  out.adam = 2 * out.params;  // exp_avg and exp_avg_sq
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +216,14 @@ int main(int argc, char** argv) {
   run.cli.add_option("--steps", steps, "timed steps per run (after 2 warm-up steps)")
       ->check(CLI::PositiveNumber);
   run.cli.add_option("--presets", presets, "presets to train, e.g. w8s8-1kv,full-1kv")->delimiter(',');
+  int lm_steps = 5;
+  int64_t lm_vocab = 16384;
+  std::vector<std::string> lm_presets = {"lm-full-8kv", "lm-w8s8-1kv"};
+  run.cli.add_option("--lm-steps", lm_steps, "timed steps per language-model run (0: no lm table)")
+      ->check(CLI::NonNegativeNumber);
+  run.cli.add_option("--lm-presets", lm_presets, "language-model presets to time")->delimiter(',');
+  run.cli.add_option("--lm-vocab", lm_vocab, "their vocabulary (the corpus tokenizer's, docs/lm/corpus.md)")
+      ->check(CLI::PositiveNumber);
   if (const int rc = run.parse(argc, argv); rc >= 0) return rc;
 
   // same set-up as every phasescope binary; the Python runs get the same thread count
@@ -218,6 +265,31 @@ int main(int argc, char** argv) {
                  1e3 * ours.step_s, 100 * ours.fwd_s / ours.step_s, 100 * ours.bwd_s / ours.step_s,
                  100 * ours.opt_s / ours.step_s});
     }
+
+  // the language models: dense rows of the corpus tokenizer's vocabulary, then one step's memory
+  bench::Table lm(
+      run, "lm",
+      {bench::Col("preset", 12).left(), bench::Col("params M", 8, 2), bench::Col("ours tok/s", 10),
+       bench::Col("py tok/s", 9), bench::Col("py tuned tok/s", 14), bench::Col("vs py", 6, 2),
+       bench::Col("vs tuned", 8, 2), bench::Col("FLOP/sgemm", 10, 1, "%"), bench::Col("step ms", 8),
+       bench::Col("P+G+Adam MB", 11), bench::Col("act MB", 7), bench::Col("peak MB", 8),
+       bench::Col("peak/held", 9, 2)});
+  for (const std::string& name : lm_steps > 0 ? lm_presets : std::vector<std::string>{}) {
+    Preset p = preset_load(name);
+    p.model.vocab_size = lm_vocab;
+    model_config_sync(p.model, name);
+    const Batches b = dense_batches(p, std::max(lm_steps + 2, 3));
+    write_batches(b, data);
+    const Speed ours = phasescope_speed(p, lm_steps, b);
+    const double py = python_speed(p, false, lm_steps, rt.threads, data);
+    const double py_tuned = python_speed(p, true, lm_steps, rt.threads, data);
+    const StepMemory mem = step_memory(p, b);
+    lm.row({name, mem.params / 4e6, ours.tok_s, bench::if_known(py > 0, py),
+            bench::if_known(py_tuned > 0, py_tuned), bench::if_known(py > 0, ours.tok_s / py),
+            bench::if_known(py_tuned > 0, ours.tok_s / py_tuned), 100 * ours.flops / (peak_gflops * 1e9),
+            1e3 * ours.step_s, (mem.params + mem.grads + mem.adam) / 1e6, mem.activations / 1e6,
+            mem.peak / 1e6, mem.peak / mem.held()});
+  }
   std::filesystem::remove(data);
   return 0;
 }

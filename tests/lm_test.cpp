@@ -5,7 +5,9 @@
 // for bit; the lookup layout speaks the corpus's tokens (keys and names at their recorded positions,
 // decoded back to the words); the copy loss is computed per residue; a checkpoint is refused against a
 // corpus of another vocabulary; and `study` over a two-layer language-model grid, in two shards merged,
-// gives every row with the copy loss, and the mean-hides finding. Needs node and tests/js/node_modules
+// gives every row with the copy loss, and the mean-hides finding. The language model's loss without
+// dense logits (linear_cross_entropy) equals cross_entropy of the product, values and gradients, and
+// lm_loss_scored takes it at a language model's size. Needs node and tests/js/node_modules
 // (scripts/js_reference.sh), as the corpus build does.
 #include <gtest/gtest.h>
 
@@ -19,7 +21,9 @@
 #include "eval/layout.h"
 #include "eval/model_backend.h"
 #include "jobs/study.h"
+#include "model/linear_cross_entropy.h"
 #include "model/load.h"
+#include "model/model.h"
 #include "testing.h"
 #include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
@@ -94,6 +98,60 @@ TrainOptions quiet(const std::string& dir) {
   o.out_dir = dir;
   o.log = [](const std::string&) {};
   return o;
+}
+
+TEST(LanguageModel, ChunkedLinearCrossEntropyEqualsTheDenseLoss) {
+  torch::manual_seed(5);
+  const auto h0 = torch::randn({37, 16}), w0 = torch::randn({50, 16});  // N = 37 rows, V = 50, d = 16
+  const auto targets = torch::randint(0, 50, {37}, torch::kInt64);
+  auto h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+  auto ref = torch::nn::functional::cross_entropy(torch::matmul(h, w.t()), targets);
+  ref.backward();
+  // chunks of 8 (the last one 5 rows), one chunk, one row at a time
+  for (const int64_t chunk : {8, 64, 1}) {
+    auto hc = h0.clone().requires_grad_(), wc = w0.clone().requires_grad_();
+    auto loss = linear_cross_entropy(hc, wc, targets, chunk);
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-5) << chunk;
+    (3 * loss).backward();  // the incoming gradient scales what the forward computed
+    EXPECT_TRUE(torch::allclose(hc.grad(), 3 * h.grad(), 1e-4, 1e-6)) << chunk;
+    EXPECT_TRUE(torch::allclose(wc.grad(), 3 * w.grad(), 1e-4, 1e-6)) << chunk;
+  }
+  {  // without gradients (validation): the value alone
+    torch::NoGradGuard no_grad;
+    EXPECT_NEAR(linear_cross_entropy(h0, w0, targets, 8).item<double>(), ref.item<double>(), 1e-5);
+  }
+  EXPECT_FALSE(linear_cross_entropy_pays(544, 529));    // the lookup task's scored rows: dense, as before
+  EXPECT_TRUE(linear_cross_entropy_pays(8192, 16384));  // docs/lm's step
+}
+
+TEST(LanguageModel, ScoredLossAtLanguageModelSizeTakesTheChunkedPath) {
+  Preset p = testutil::tiny_preset("lm-w8s8-1kv");
+  p.model.n_layers = 2;
+  p.model.layers.resize(2);
+  p.model.mlp_hidden = 24;
+  p.model.vocab_size = 4096;
+  model_config_sync(p.model, "lm");
+  torch::manual_seed(6);
+  Decoder m(p.model);
+  const auto tokens = torch::randint(0, 4096, {2, 2048}, torch::kInt64);
+  auto targets = torch::randint(0, 4096, {2, 2048}, torch::kInt64);
+  targets.index_put_({0, torch::indexing::Slice(0, 7)}, -1);  // a few unscored positions
+  ASSERT_TRUE(linear_cross_entropy_pays(targets.ge(0).sum().item<int64_t>() + 7, 4096));
+  auto dense = lm_loss(m->forward(tokens), targets);
+  dense.backward();
+  std::vector<torch::Tensor> g_dense;
+  for (auto& q : m->parameters()) {
+    g_dense.push_back(q.grad().clone());
+    q.mutable_grad().zero_();
+  }
+  auto scored = lm_loss_scored(*m, tokens, targets);
+  EXPECT_NEAR(scored.item<double>(), dense.item<double>(), 1e-5);
+  scored.backward();
+  size_t i = 0;
+  for (auto& q : m->parameters()) {
+    EXPECT_TRUE(torch::allclose(q.grad(), g_dense[i], 1e-3, 1e-6)) << "parameter " << i;
+    ++i;
+  }
 }
 
 TEST(LanguageModel, CorpusRowsArePackedNextTokenRows) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "model/linear_cross_entropy.h"
 
 namespace phasescope {
 
@@ -122,9 +123,9 @@ torch::Tensor DecoderImpl::hidden_rows(const torch::Tensor& tokens, const torch:
   return rms_norm(mlp_residual(L - 1, hr), final_norm_, cfg_.norm_eps);
 }
 
-torch::Tensor DecoderImpl::unembed(const torch::Tensor& h) {
-  return torch::matmul(h, (cfg_.tied_embeddings ? embed_ : lm_head_).t());
-}
+torch::Tensor DecoderImpl::unembed(const torch::Tensor& h) { return torch::matmul(h, unembed_weight().t()); }
+
+const torch::Tensor& DecoderImpl::unembed_weight() const { return cfg_.tied_embeddings ? embed_ : lm_head_; }
 
 torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, int64_t pos0) {
   return unembed(hidden(tokens, pos0));
@@ -140,8 +141,11 @@ torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, co
   auto flat = targets.reshape({-1});            // [B*T]
   auto rows = flat.ge(0).nonzero().squeeze(1);  // [N] flat b*T+t
   PS_ASSERT(rows.numel() > 0, "lm_loss_scored: no position has a target");
-  auto logits = model.unembed(model.hidden_rows(tokens, rows));  // [N, V]
-  return torch::nn::functional::cross_entropy(logits, flat.index_select(0, rows));
+  auto h = model.hidden_rows(tokens, rows);  // [N, d]
+  const auto& w = model.unembed_weight();    // [V, d]
+  if (linear_cross_entropy_pays(h.size(0), w.size(0)))
+    return linear_cross_entropy(h, w, flat.index_select(0, rows));  // no [N, V] logits kept
+  return torch::nn::functional::cross_entropy(model.unembed(h), flat.index_select(0, rows));
 }
 
 std::string model_describe(DecoderImpl& model) {

@@ -22,6 +22,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor hidden(const torch::Tensor& tokens, int64_t pos0 = 0,
                        std::vector<AttnTrace>* traces = nullptr);
   torch::Tensor unembed(const torch::Tensor& h);  // [..., d] -> [..., V]
+  const torch::Tensor& unembed_weight() const;    // [V, d]: the embedding when tied, else the head
   // hidden() at selected rows only ([N] int64, flat b * T + t) -> [N, d]: every layer but the last
   // runs on all positions, the last computes queries, attention, MLP and the final norm for the rows.
   torch::Tensor hidden_rows(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t pos0 = 0);
@@ -70,7 +71,9 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
 
 // The same mean cross-entropy without the dense logits: only the positions whose target is >= 0
 // (rows = flat b * T + t) go through the last layer's query side and the unembedding
-// (hidden_rows), so a task scored at 17 of 256 positions (lookup) skips ~93% of that work.
+// (hidden_rows), so a task scored at 17 of 256 positions (lookup) skips ~93% of that work. Where the
+// scored logits would pass 64 MB (a language model's every-token loss), the unembedding and the loss run
+// chunked without keeping the logits (linear_cross_entropy.h).
 // Equal to lm_loss(model.forward(tokens), targets) up to float summation order (tested).
 torch::Tensor lm_loss_scored(DecoderImpl& model, const torch::Tensor& tokens, const torch::Tensor& targets);
 
