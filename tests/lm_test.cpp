@@ -284,7 +284,8 @@ TEST(LanguageModel, StudyGridInTwoShards) {
   const std::string dir = testutil::tmp_dir("lm_study");
   const json overrides = {
       {"model", {{"n_layers", 2}}},
-      {"task", {{"corpus", tiny_corpus()}, {"n_keys", 16}, {"n_names", 16}, {"mqar_pairs", 8}}}};
+      {"task",
+       {{"corpus", tiny_corpus()}, {"seq_len", 128}, {"n_keys", 16}, {"n_names", 16}, {"mqar_pairs", 8}}}};
   json grid = {{"name", "lm-toy"}, {"toy", true}, {"runs", json::array()}};
   for (const char* preset : {"lm-full-1kv", "lm-w8s8-1kv"})
     grid["runs"].push_back({{"preset", preset}, {"seed", 42}, {"family", "lm"}, {"overrides", overrides}});
@@ -303,7 +304,7 @@ TEST(LanguageModel, StudyGridInTwoShards) {
   m.out = dir + "/merged", m.run = false, m.merge = {dir + "/a", dir + "/b"};
   const StudyResult merged = study_run(m);
   EXPECT_TRUE(merged.missing.empty()) << merged.missing.size() << " missing";
-  EXPECT_EQ(merged.study["runs"].size(), 4u);  // two runs, two protocols
+  EXPECT_EQ(merged.study["runs"].size(), 6u);  // two runs, three protocols (prefix, in-sequence, needle)
   ASSERT_TRUE(merged.study.contains("copy_loss"));
   EXPECT_EQ(merged.study["copy_loss"].size(), 2u);
   bool mean_hides = false;
@@ -312,6 +313,10 @@ TEST(LanguageModel, StudyGridInTwoShards) {
   const std::optional<StudyRow> row = study_row_read(study_row_path(m.out, "lm-w8s8-1kv@42"));
   ASSERT_TRUE(row.has_value());
   EXPECT_TRUE(row->copy_loss.has_value());
+  const StudyProtocol* needle = row->protocol(kStudyNeedle);  // in natural-text filler, every residue
+  ASSERT_NE(needle, nullptr);
+  EXPECT_EQ(needle->n, 48 * 24);
+  EXPECT_EQ(needle->per_residue.size(), 24u);
   EXPECT_EQ(row->strides, (std::vector<int>{8, 8}));
   EXPECT_GT(row->val_loss, 0.0);  // the language model's loss on the held-out split
 }

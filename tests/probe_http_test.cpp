@@ -157,6 +157,45 @@ TEST(NeedleProbe, MultiTokenValuesAreTeacherForced) {
   fs::remove_all(out);
 }
 
+// Natural-text filler: each base example's passage is cut by its records at the shift, and nothing else
+// moves (the same lengths and residues as with a repeated filler token).
+TEST(NeedleProbe, PassagesFillAroundTheRecordsInOrder) {
+  fake::Server s;
+  HttpPool pool(fast({s.url()}));
+  ServerTokenizer ts(pool, "fake-model");
+  NeedleSpec spec;
+  spec.context = 600;
+  spec.samples_per_group = 16;
+  const int n_pass = 5;  // fewer than the base examples: passage b % 5
+  for (int i = 0; i < n_pass; ++i) {
+    std::vector<int> p;
+    for (int k = 0; k < 600; ++k) p.push_back(10000000 + 1000 * i + k);  // ids no other piece uses
+    spec.passages.push_back(p);
+  }
+  EXPECT_NE(testutil::error_of([&] { needle_build(spec, ts, nullptr); }).find("verify = false"),
+            std::string::npos);
+  spec.verify = false;
+  const NeedleDesign d = needle_build(spec, ts, nullptr);
+  const int64_t fill = 2 * spec.R + 1 + d.rest;  // filler tokens per prompt
+  for (int64_t i = 0; i < d.samples(); ++i) {
+    const ScoringSample ps = needle_render(d, i, "fake-model");
+    ASSERT_EQ(int64_t(ps.prompt.size()), 600);
+    EXPECT_EQ(ps.rec.target_pos % 8, i % 8);
+    const std::vector<int>& p = spec.passages[size_t(i / 8) % n_pass];
+    std::vector<int> seen;  // the passage's tokens in the prompt, in order
+    for (int t : ps.prompt)
+      if (t >= 10000000) seen.push_back(t);
+    ASSERT_EQ(int64_t(seen.size()), fill);
+    EXPECT_TRUE(std::equal(seen.begin(), seen.end(), p.begin())) << "sample " << i;
+    const int s = d.shift[size_t(i / 8)][size_t(i % 8)];  // 1 + s of them before the records
+    const size_t first_key = size_t(ps.rec.target_pos - d.bases[size_t(i / 8)].target * d.record_tokens);
+    EXPECT_EQ(ps.prompt[first_key - 1 - d.vocab.filler_end.size()], p[size_t(s)]) << "sample " << i;
+  }
+  spec.passages[2].resize(size_t(fill - 1));
+  EXPECT_NE(testutil::error_of([&] { needle_build(spec, ts, nullptr); }).find("needle passage 2"),
+            std::string::npos);
+}
+
 TEST(FlipProbe, FindsThePlantedPeriodOnTheFp8Template) {
   fake::Server s;
   const int fp = s.tok.id_of("FP"), eight = s.tok.id_of("8"), thirty_two = s.tok.id_of("32");

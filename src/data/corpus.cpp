@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/check.h"
 #include "core/hash.h"
@@ -430,6 +431,29 @@ std::string corpus_describe(const std::string& dir) {
   out += fmt::format("lookup names ({}, {} people, {} places): {}\n", c.lookup_names.size(),
                      j["lookup_names_people"].get<int>(), j["lookup_names_places"].get<int>(),
                      list(c.lookup_names));
+  return out;
+}
+
+std::vector<std::vector<int>> corpus_passages(const CorpusTokens& text, int boundary_id, int n, size_t len,
+                                              uint64_t seed) {
+  if (text.size < len + 1)
+    fail("corpus passages",
+         fmt::format("the split has {} tokens, fewer than one passage of {}", text.size, len),
+         "build a larger corpus or ask for shorter passages");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> start(0, text.size - len);
+  std::vector<std::vector<int>> out;
+  for (int tries = 0; int(out.size()) < n; ++tries) {
+    if (tries >= 100 * n)
+      fail("corpus passages",
+           fmt::format("{} draws found only {} of {} passages without a document boundary (documents are "
+                       "mostly shorter than {} tokens)",
+                       tries, out.size(), n, len),
+           "ask for shorter passages");
+    const size_t a = start(rng);
+    std::vector<int> p(text.data + a, text.data + a + len);
+    if (std::find(p.begin(), p.end(), boundary_id) == p.end()) out.push_back(std::move(p));
+  }
   return out;
 }
 

@@ -86,4 +86,9 @@ Corpus corpus_open(const std::string& dir, CorpusVerify verify = CorpusVerify::k
 // per byte, lookup words.
 std::string corpus_describe(const std::string& dir);
 
+// n passages of len consecutive tokens of `text` (a split), at seeded random starts, none holding the
+// boundary token (inside one document). Error when the split has no such stretch after many draws.
+std::vector<std::vector<int>> corpus_passages(const CorpusTokens& text, int boundary_id, int n, size_t len,
+                                              uint64_t seed);
+
 }  // namespace phasescope

@@ -22,6 +22,8 @@
 #include "explain/explain.h"
 #include "jobs/study_report.h"
 #include "model/load.h"
+#include "probe/local_tokenizer_source.h"
+#include "probe/needle.h"
 #include "train/trainer.h"
 
 namespace phasescope {
@@ -88,6 +90,35 @@ StudyRow row_of_model(const StudyRun& run, const LoadedModel& trained, bool toy)
   return row;
 }
 
+// A language model's needle (probe/needle.h) in natural-text filler: four-token records " key: name\n" of
+// the corpus's lookup words between two halves of a validation passage, one prompt per residue of the
+// target key's position in every base example, the whole context long; the model reads the token ids, so nothing re-tokenizes
+// the cut text. Journaled in DIR/eval/needle-n<samples>.
+StudyProtocol study_needle(const LoadedModel& trained, const std::string& label, const Corpus& corpus, int R,
+                           int64_t samples, bool fresh, const std::string& dir) {
+  NeedleSpec spec;
+  spec.context = trained.preset.task.seq_len;
+  spec.R = R;
+  spec.samples_per_group = int(std::max<int64_t>(1, samples / R));
+  spec.verify = false;
+  spec.header = "";  // the passage opens the prompt; a short cue before the query (a base LM continues it)
+  spec.question = "Recall:";
+  for (const LookupWord& w : corpus.lookup_keys) spec.keys.push_back(w.text);  // " cat": single tokens
+  for (const LookupWord& w : corpus.lookup_names) spec.values.push_back(w.text);
+  spec.passages =
+      corpus_passages(corpus.val, corpus.boundary_id, spec.samples_per_group, size_t(spec.context), 20261207);
+  const std::unique_ptr<TokenSource> tokens = local_tokenizer_open(corpus.tokenizer_path);
+  const NeedleDesign design = needle_build(spec, *tokens, nullptr);
+  NeedleRunOptions no;
+  no.model = label;
+  no.S = std::max(1, display_stride(trained.preset));
+  no.report = false;
+  no.fresh = fresh;
+  ModelBackend backend(trained, label);
+  return study_protocol_of(needle_run(
+      backend, design, no, (fs::path(dir) / "eval" / fmt::format("needle-n{}", samples)).string()));
+}
+
 // Train, evaluate and explain one run (each stage resumes); the row, not yet written.
 StudyRow study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& opt,
                    const std::string& dir) {
@@ -151,6 +182,7 @@ StudyRow study_one(const StudyRun& run, const StudyGrid& grid, const StudyOption
                                   cl.gap_ci_percentile,
                                   cl.tokens_per_residue};
     row.deviation = corpus_deviation(trained.preset.task);
+    row.protocols[kStudyNeedle] = study_needle(trained, run.id(), corpus, R, samples, opt.fresh, dir);
   }
   return row;
 }
@@ -210,17 +242,22 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
     ++done;
     if (opt.fresh) fs::remove_all(dir);
     const std::optional<StudyRow> old_row = study_row_read(row_path);
-    if (old_row && study_row_min_samples(*old_row) >= samples) {
+    // a language model's row from before the needle gets it where its trained model is still on disk
+    // (run folders are not committed: elsewhere the row stands as it is)
+    const bool add_needle = old_row && old_row->copy_loss && !old_row->protocol(kStudyNeedle) &&
+                            fs::exists(fs::path(dir) / "model" / "checkpoint.safetensors");
+    if (old_row && study_row_min_samples(*old_row) >= samples && !add_needle) {
       if (log) *log << fmt::format("[{}/{}] {}: done (row.json)\n", done, todo.size(), run.id());
       continue;
     }
     if (log) {
       *log << fmt::format(
           "[{}/{}] {}: {} -> {}\n", done, todo.size(), run.id(),
-          old_row ? fmt::format("row scored on {} prompts: evaluate again on {} (the trained model "
-                                "is reused)",
-                                study_row_min_samples(*old_row), samples)
-                  : std::string("train, evaluate (prefix, in-sequence), explain"),
+          !old_row ? std::string("train, evaluate (prefix, in-sequence), explain")
+          : add_needle
+              ? std::string("row without the needle: evaluate it (the trained model is reused)")
+              : fmt::format("row scored on {} prompts: evaluate again on {} (the trained model is reused)",
+                            study_row_min_samples(*old_row), samples),
           dir);
       log->flush();
     }
@@ -242,7 +279,8 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
       row.wall_seconds = old_row->train_seconds + wall;
       row.train_commit = old_row->train_commit.empty() ? old_row->commit : old_row->train_commit;
       row.train_threads = old_row->train_threads.is_null() ? old_row->threads : old_row->train_threads;
-      row.upgraded_from_samples = study_row_min_samples(*old_row);
+      if (study_row_min_samples(*old_row) < samples)
+        row.upgraded_from_samples = study_row_min_samples(*old_row);
     }
     study_row_write(row_path, row);
     if (!old_row) {

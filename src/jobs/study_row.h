@@ -96,7 +96,8 @@ struct StudyRow {
   double kv_bytes_per_token = 0;
   int64_t kv_context = 0;
   double val_loss = 0;
-  std::map<std::string, StudyProtocol> protocols;  // "prefix", "in-sequence"
+  // "prefix", "in-sequence"; language models also kStudyNeedle (the needle in natural-text filler)
+  std::map<std::string, StudyProtocol> protocols;
   std::optional<StudyExplain> explain;
   std::optional<StudyCopyLoss> copy_loss;  // language models only
   std::string deviation;  // what departs from pure pretraining (e.g. lookup rows mixed in); "" = none
@@ -113,6 +114,9 @@ struct StudyRow {
   // the strides are not recorded); 0 for exact attention.
   int design_period() const;
 };
+
+// The protocol name of a language model's needle (study.cpp study_needle).
+inline const char* const kStudyNeedle = "needle";
 
 // The row is the untagged run of preset `base` or of its language-model twin "lm-<base>" (the findings
 // name the paper's designs once for both grids).

@@ -1,5 +1,6 @@
 // needle.cpp — see needle.h. Positions: every piece has a fixed token count, so a prompt is
-//   pre  = BOS? + |header| + (1 + s) fillers + |filler_end|
+//   pre  = BOS? + |header| + (1 + s) fillers + |filler_end|   (fillers: one repeated token, or the first
+//   tokens of a natural-text passage that goes on after the records)
 //   record i's key at pre + i * record_tokens, the target's at a_b + s with a_b the s = 0 position
 // and s in [0, 2R) from layout_balanced_shifts; the fillers after the records (2R - 1 - s + 1 + rest)
 // keep the total at exactly spec.context, so the query position is the same in every prompt.
@@ -54,7 +55,15 @@ std::vector<int> render_tokens(const NeedleDesign& d, int b, int s, int64_t* tar
   t.reserve(static_cast<size_t>(d.prompt_len));
   if (v.bos >= 0) t.push_back(v.bos);
   append(&t, v.header);
-  append(&t, v.filler, 1 + s);
+  const std::vector<int>* passage =
+      d.spec.passages.empty() ? nullptr : &d.spec.passages[size_t(b) % d.spec.passages.size()];
+  const auto pass = [&](int64_t from, int64_t to) {  // passage tokens [from, to)
+    t.insert(t.end(), passage->begin() + from, passage->begin() + to);
+  };
+  if (passage)
+    pass(0, 1 + s);
+  else
+    append(&t, v.filler, 1 + s);
   append(&t, v.filler_end);
   for (int i = 0; i < d.n_records; ++i) {
     if (i == base.target) *target_pos = static_cast<int64_t>(t.size()) + d.spec.position_offset;
@@ -63,7 +72,10 @@ std::vector<int> render_tokens(const NeedleDesign& d, int b, int s, int64_t* tar
     append(&t, v.values[size_t(base.value[size_t(i)])]);
     append(&t, v.delimiter);
   }
-  append(&t, v.filler, 1 + (2 * R - 1 - s) + d.rest);
+  if (passage)
+    pass(1 + s, 2 * R + 1 + d.rest);
+  else
+    append(&t, v.filler, 1 + (2 * R - 1 - s) + d.rest);
   append(&t, v.filler_end);
   append(&t, v.question);
   append(&t, v.keys[size_t(base.key[size_t(base.target)])]);
@@ -196,6 +208,10 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   }
   const std::vector<std::vector<int>> fenc = ts.encode_many(ftexts);
   std::string why;
+  if (!spec.passages.empty()) {  // natural text fills; a newline ends it before the records and the question
+    v.filler_end = fenc[0];
+    v.filler_text = "natural-text passages";
+  }
   for (size_t i = 0; i < fillers.size() && v.filler_text.empty(); ++i) {
     const std::vector<int>&one = fenc[1 + 3 * i], &two = fenc[2 + 3 * i], &nl_after = fenc[3 + 3 * i];
     std::vector<int> f1, f2, end;
@@ -277,6 +293,17 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   d.rest = static_cast<int>(spec.context - fixed - n_rec * d.record_tokens);
   d.prompt_len = spec.context;
   d.query_pos = spec.context - 1 + spec.position_offset;
+  if (!spec.passages.empty()) {
+    if (spec.verify)
+      fail("needle passages", "natural-text filler is cut at every shift, so the prompts need not re-encode",
+           "feed the token ids to the model (a backend in this process) and set verify = false");
+    for (size_t i = 0; i < spec.passages.size(); ++i)
+      if (int64_t(spec.passages[i].size()) < 2 * R + 1 + d.rest)
+        fail(fmt::format("needle passage {}", i),
+             fmt::format("{} tokens, fewer than the {} filler tokens of a {}-token prompt",
+                         spec.passages[i].size(), 2 * R + 1 + d.rest, spec.context),
+             "give passages at least as long as the context");
+  }
 
   // the base examples, each checked to be stable in context (drawn again with other words if not)
   const int n_base = spec.samples_per_group;
@@ -371,6 +398,7 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   for (const auto& k : v.keys) add(k);
   for (const auto& x : v.values) add(x);
   for (const NeedleBase& b : d.bases) id += std::to_string(b.attempt);
+  for (const auto& p : spec.passages) add(std::vector<int>(p.begin(), p.begin() + (2 * R + 1 + d.rest)));
   d.fingerprint = fmt::format("needle ctx={} R={} n={} rec={} seed={} off={} pieces={}", spec.context, R,
                               n_base, d.record_tokens, spec.seed, spec.position_offset, hash_hex(fnv1a(id)));
   if (log)
@@ -426,8 +454,10 @@ std::string needle_format_design(const NeedleDesign& d) {
       d.n_records, d.record_tokens, s.key_tokens, d.vocab.separator.size(), s.value_tokens,
       d.vocab.delimiter.size(), 200 * s.middle, 2 * s.R + 1 + d.rest, d.rest);
   o << fmt::format("candidates: {} keys, {} values; filler {}; BOS {}; position offset {}; fingerprint {}\n",
-                   d.vocab.keys.size(), d.vocab.values.size(), show(d.vocab.filler_text), d.vocab.bos,
-                   s.position_offset, d.fingerprint);
+                   d.vocab.keys.size(), d.vocab.values.size(),
+                   s.passages.empty() ? show(d.vocab.filler_text)
+                                      : fmt::format("{} natural-text passages", s.passages.size()),
+                   d.vocab.bos, s.position_offset, d.fingerprint);
   o << fmt::format("{:>8} {:>6} {:>12} {:>12} {:>10}\n", "residue", "n", "mean", "variance", "SD");
   for (const GroupMoments& g : d.groups)
     o << fmt::format("{:>8} {:>6} {:>12.3f} {:>12.3f} {:>10.3f}\n", g.residue, g.n, g.mean, g.var,

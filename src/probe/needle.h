@@ -46,6 +46,12 @@ struct NeedleSpec {
       0;               // tokens the server puts before the prompt (a chat template); positions count them
   bool verify = true;  // decode + re-encode every base example's prompt
   std::vector<std::string> keys, values;  // candidate words (empty: the built-in lists)
+  // Natural-text filler, for a backend fed token ids (a model in this process): when non-empty, base
+  // example b's filler is the first 2R + 1 + rest tokens of passages[b % size] (rest as in NeedleDesign),
+  // its first 1 + s before the records and the others after them, in place of one repeated filler token.
+  // Needs verify = false: a cut passage need not survive decode + re-encode, so a server that tokenizes
+  // text could see other tokens.
+  std::vector<std::vector<int>> passages;
 };
 
 // The measured token pieces (every piece in context).
@@ -83,8 +89,9 @@ const std::vector<std::string>& needle_default_keys();
 const std::vector<std::string>& needle_default_values();
 
 // Tokenize the pieces, draw and check every base example, place them. Throws Error (what and how to fix)
-// when the context is too short, too few candidates have the wanted length, prompts are not stable in
-// context, or the residue groups' moments differ by more than the tolerances.
+// when the context is too short, a passage is shorter than the filler it must give or comes with verify, too
+// few candidates have the wanted length, prompts are not stable in context, or the residue groups' moments
+// differ by more than the tolerances.
 NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::ostream* log);
 
 // The needle in a phasescope server's own token names (serve/text_codec.h; the server lists its token
