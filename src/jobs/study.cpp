@@ -92,8 +92,8 @@ StudyRow row_of_model(const StudyRun& run, const LoadedModel& trained, bool toy)
 
 // A language model's needle (probe/needle.h) in natural-text filler: four-token records " key: name\n" of
 // the corpus's lookup words between two halves of a validation passage, one prompt per residue of the
-// target key's position in every base example, the whole context long; the model reads the token ids, so nothing re-tokenizes
-// the cut text. Journaled in DIR/eval/needle-n<samples>.
+// target key's position in every base example, the whole context long; the model reads the token ids, so
+// nothing re-tokenizes the cut text. Journaled in DIR/eval/needle-n<samples>.
 StudyProtocol study_needle(const LoadedModel& trained, const std::string& label, const Corpus& corpus, int R,
                            int64_t samples, bool fresh, const std::string& dir) {
   NeedleSpec spec;
