@@ -116,9 +116,17 @@ TEST(LanguageModel, ChunkedLinearCrossEntropyEqualsTheDenseLoss) {
     EXPECT_TRUE(torch::allclose(hc.grad(), 3 * h.grad(), 1e-4, 1e-6)) << chunk;
     EXPECT_TRUE(torch::allclose(wc.grad(), 3 * w.grad(), 1e-4, 1e-6)) << chunk;
   }
-  {  // without gradients (validation): the value alone
+  {  // without gradients (validation), inputs that would want them: the value alone, nothing to backward
     torch::NoGradGuard no_grad;
-    EXPECT_NEAR(linear_cross_entropy(h0, w0, targets, 8).item<double>(), ref.item<double>(), 1e-5);
+    auto hc = h0.clone().requires_grad_(), wc = w0.clone().requires_grad_();
+    const auto loss = linear_cross_entropy(hc, wc, targets, 8);
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-5);
+    EXPECT_FALSE(loss.requires_grad());
+  }
+  {  // only the weight wants a gradient: it equals the reference's
+    auto wc = w0.clone().requires_grad_();
+    linear_cross_entropy(h0, wc, targets, 8).backward();
+    EXPECT_TRUE(torch::allclose(wc.grad(), w.grad(), 1e-4, 1e-6));
   }
   EXPECT_FALSE(linear_cross_entropy_pays(544, 529));    // the lookup task's scored rows: dense, as before
   EXPECT_TRUE(linear_cross_entropy_pays(8192, 16384));  // docs/lm's step
@@ -133,10 +141,10 @@ TEST(LanguageModel, ScoredLossAtLanguageModelSizeTakesTheChunkedPath) {
   model_config_sync(p.model, "lm");
   torch::manual_seed(6);
   Decoder m(p.model);
-  const auto tokens = torch::randint(0, 4096, {2, 2048}, torch::kInt64);
-  auto targets = torch::randint(0, 4096, {2, 2048}, torch::kInt64);
+  const auto tokens = torch::randint(0, 4096, {3, 2048}, torch::kInt64);
+  auto targets = torch::randint(0, 4096, {3, 2048}, torch::kInt64);
   targets.index_put_({0, torch::indexing::Slice(0, 7)}, -1);  // a few unscored positions
-  ASSERT_TRUE(linear_cross_entropy_pays(targets.ge(0).sum().item<int64_t>() + 7, 4096));
+  ASSERT_TRUE(linear_cross_entropy_pays(targets.ge(0).sum().item<int64_t>(), 4096));  // the rows it scores
   auto dense = lm_loss(m->forward(tokens), targets);
   dense.backward();
   std::vector<torch::Tensor> g_dense;

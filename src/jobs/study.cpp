@@ -90,16 +90,22 @@ StudyRow row_of_model(const StudyRun& run, const LoadedModel& trained, bool toy)
   return row;
 }
 
-// A language model's needle (probe/needle.h) in natural-text filler: four-token records " key: name\n" of
-// the corpus's lookup words between two halves of a validation passage, one prompt per residue of the
-// target key's position in every base example, the whole context long; the model reads the token ids, so
+// A language model's needle (probe/needle.h) in natural-text filler: context / 8 four-token records
+// " key: name\n" of the corpus's lookup words (64 at 512 tokens, as many as the lookup has), cut into a
+// validation passage after its first 1 + s tokens (s < 2R), the passage going on after them to fill the
+// context (about 200 of 512 tokens), then "Recall:" and the target key; one prompt per residue of the target
+// key's position in every base example; the model reads the token ids, so
 // nothing re-tokenizes the cut text. Journaled in DIR/eval/needle-n<samples>.
 StudyProtocol study_needle(const LoadedModel& trained, const std::string& label, const Corpus& corpus, int R,
                            int64_t samples, bool fresh, const std::string& dir) {
   NeedleSpec spec;
   spec.context = trained.preset.task.seq_len;
   spec.R = R;
-  spec.samples_per_group = int(std::max<int64_t>(1, samples / R));
+  spec.samples_per_group = layout_base_count(samples, R);  // as the lookup's protocols count them
+  // half the prompt in four-token records (64 at 512, as many as the lookup has); a short (toy) context is
+  // all records, since below ~32 records the residue groups' spreads cannot be balanced (measured: 16
+  // records at R = 24 leave SDs 1.3 tokens apart)
+  spec.max_records = spec.context >= 256 ? int(spec.context / 8) : 0;
   spec.verify = false;
   spec.header = "";  // the passage opens the prompt; a short cue before the query (a base LM continues it)
   spec.question = "Recall:";
@@ -117,6 +123,18 @@ StudyProtocol study_needle(const LoadedModel& trained, const std::string& label,
   ModelBackend backend(trained, label);
   return study_protocol_of(needle_run(
       backend, design, no, (fs::path(dir) / "eval" / fmt::format("needle-n{}", samples)).string()));
+}
+
+// A finished language model's row without the needle (written before it existed), with it: the trained
+// model from DIR/model, scored on as many prompts as the row's other protocols.
+StudyRow study_add_needle(const StudyRow& old_row, const std::string& label, bool fresh,
+                          const std::string& dir) {
+  const LoadedModel trained = model_load((fs::path(dir) / "model").string());
+  const Corpus corpus = corpus_open(trained.preset.task.corpus, CorpusVerify::kSizes);
+  StudyRow row = old_row;
+  row.protocols[kStudyNeedle] = study_needle(trained, label, corpus, study_residues(trained.preset),
+                                             study_row_min_samples(old_row), fresh, dir);
+  return row;
 }
 
 // Train, evaluate and explain one run (each stage resumes); the row, not yet written.
@@ -182,7 +200,12 @@ StudyRow study_one(const StudyRun& run, const StudyGrid& grid, const StudyOption
                                   cl.gap_ci_percentile,
                                   cl.tokens_per_residue};
     row.deviation = corpus_deviation(trained.preset.task);
-    row.protocols[kStudyNeedle] = study_needle(trained, run.id(), corpus, R, samples, opt.fresh, dir);
+    try {  // a needle that cannot be built does not cost the row its training: it stays without one
+      row.protocols[kStudyNeedle] = study_needle(trained, run.id(), corpus, R, samples, opt.fresh, dir);
+    } catch (const Error& e) {
+      if (opt.log)
+        *opt.log << fmt::format("    needle FAILED (the row is written without it): {}\n", e.what());
+    }
   }
   return row;
 }
@@ -246,16 +269,28 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
     // (run folders are not committed: elsewhere the row stands as it is)
     const bool add_needle = old_row && old_row->copy_loss && !old_row->protocol(kStudyNeedle) &&
                             fs::exists(fs::path(dir) / "model" / "checkpoint.safetensors");
-    if (old_row && study_row_min_samples(*old_row) >= samples && !add_needle) {
-      if (log) *log << fmt::format("[{}/{}] {}: done (row.json)\n", done, todo.size(), run.id());
+    if (old_row && study_row_min_samples(*old_row) >= samples) {
+      if (log)
+        *log << fmt::format("[{}/{}] {}: {}\n", done, todo.size(), run.id(),
+                            add_needle
+                                ? "row without the needle: evaluate it alone (the trained model is reused)"
+                                : "done (row.json)");
+      if (add_needle) {
+        try {  // the needle alone: nothing else of the row is computed again
+          StudyRow row = study_add_needle(*old_row, run.id(), opt.fresh, dir);
+          study_row_write(row_path, row);
+        } catch (const Error& e) {
+          res.failed.push_back({run.id(), e.what()});
+          if (log) *log << fmt::format("    FAILED (the row stays as it was): {}\n", e.what());
+        }
+      }
       continue;
     }
     if (log) {
       *log << fmt::format(
           "[{}/{}] {}: {} -> {}\n", done, todo.size(), run.id(),
-          !old_row ? std::string("train, evaluate (prefix, in-sequence), explain")
-          : add_needle
-              ? std::string("row without the needle: evaluate it (the trained model is reused)")
+          !old_row
+              ? std::string("train, evaluate (prefix, in-sequence), explain")
               : fmt::format("row scored on {} prompts: evaluate again on {} (the trained model is reused)",
                             study_row_min_samples(*old_row), samples),
           dir);

@@ -14,12 +14,13 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
+  // want_h / want_w: whether a gradient of h / weight is wanted (grad mode on and the input requires it;
+  // grad mode is always off in here, so the caller decides)
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, const torch::Tensor& weight,
-                               const torch::Tensor& targets, int64_t chunk_rows) {
+                               const torch::Tensor& targets, int64_t chunk_rows, bool want_h, bool want_w) {
     const int64_t N = h.size(0);
-    const bool grads = h.requires_grad() || weight.requires_grad();
-    torch::Tensor grad_h = grads ? torch::empty_like(h) : torch::Tensor();       // [N, d]
-    torch::Tensor grad_w = grads ? torch::zeros_like(weight) : torch::Tensor();  // [V, d]
+    torch::Tensor grad_h = want_h ? torch::empty_like(h) : torch::Tensor();       // [N, d]
+    torch::Tensor grad_w = want_w ? torch::zeros_like(weight) : torch::Tensor();  // [V, d]
     double total = 0;
     for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, N - r0);
@@ -28,12 +29,12 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       auto logits = torch::matmul(hc, weight.t());                     // [n, V]
       const auto lse = torch::logsumexp(logits, 1, /*keepdim=*/true);  // [n, 1]
       total += (lse - logits.gather(1, tc)).sum().item<double>();
-      if (!grads) continue;
-      logits.sub_(lse).exp_();                                                 // softmax, in place
-      logits.scatter_add_(1, tc, torch::full_like(tc, -1, logits.options()));  // - onehot
-      logits.div_(double(N));                                                  // d(mean loss) / d logits
-      grad_h.narrow(0, r0, n).copy_(torch::matmul(logits, weight));            // [n, d]
-      grad_w.addmm_(logits.t(), hc);                                           // [V, d] += [V, n] [n, d]
+      if (!want_h && !want_w) continue;
+      logits.sub_(lse).exp_();                                                   // softmax, in place
+      logits.scatter_add_(1, tc, torch::full_like(tc, -1, logits.options()));    // - onehot
+      logits.div_(double(N));                                                    // d(mean loss) / d logits
+      if (want_h) grad_h.narrow(0, r0, n).copy_(torch::matmul(logits, weight));  // [n, d]
+      if (want_w) grad_w.addmm_(logits.t(), hc);                                 // [V, d] += [V, n] [n, d]
     }
     ctx->save_for_backward({grad_h, grad_w});
     return torch::scalar_tensor(total / double(N), h.options());
@@ -43,7 +44,11 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     const auto saved = ctx->get_saved_variables();
     const auto g = grad_out[0];  // scalar
     return {saved[0].defined() ? saved[0] * g : torch::Tensor(),
-            saved[1].defined() ? saved[1] * g : torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            saved[1].defined() ? saved[1] * g : torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -56,7 +61,9 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& 
   PS_ASSERT(targets.dim() == 1 && targets.size(0) == h.size(0) && h.size(0) > 0,
             "linear_cross_entropy: targets [N] for N > 0 rows");
   PS_ASSERT(chunk_rows > 0, "linear_cross_entropy: chunk_rows > 0");
-  return LinearCrossEntropy::apply(h, weight, targets, chunk_rows);
+  const bool grad_mode = torch::GradMode::is_enabled();
+  return LinearCrossEntropy::apply(h, weight, targets, chunk_rows, grad_mode && h.requires_grad(),
+                                   grad_mode && weight.requires_grad());
 }
 
 bool linear_cross_entropy_pays(int64_t rows, int64_t vocab) { return rows * vocab >= (int64_t(1) << 24); }

@@ -7,8 +7,10 @@
 // and W. Those two (N x d and V x d) are all it keeps; backward scales them by the incoming gradient.
 // No extra matrix products: the same three as logits + cross_entropy + autograd.
 // Shapes: h [N, d] fp32 (rows with a target only), weight [V, d], targets [N] int64 in [0, V).
+// Under NoGradGuard, or for an input that needs no gradient, that gradient is not formed.
 // Reference: cross_entropy(h.matmul(weight.t()), targets), equal up to float summation order (tested,
-// values and gradients). Not here: ignored targets (callers select scored rows first), other reductions.
+// values and gradients). Not here: ignored targets (callers select scored rows first), other reductions,
+// second derivatives (backward only scales what the forward formed: first order only).
 #pragma once
 #include <torch/torch.h>
 

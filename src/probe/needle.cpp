@@ -283,7 +283,8 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   const int64_t fixed = (v.bos >= 0 ? 1 : 0) + int64_t(v.header.size()) + (2 * R + 1) +
                         2 * int64_t(v.filler_end.size()) + int64_t(v.question.size()) + spec.key_tokens +
                         int64_t(v.separator.size());
-  const int64_t n_rec = (spec.context - fixed) / d.record_tokens;
+  int64_t n_rec = (spec.context - fixed) / d.record_tokens;
+  if (spec.max_records > 0 && n_rec >= 3) n_rec = std::min<int64_t>(n_rec, spec.max_records);
   if (n_rec < 3)
     fail("--context " + std::to_string(spec.context),
          fmt::format("too short: the header, question, fillers and query take {} tokens and a record {}",
@@ -382,8 +383,8 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
                      std::max(2 * n_base, 4 * R)));
 
   // what identifies this design (journals refuse to mix designs)
-  std::string id = fmt::format("needle|{}|{}|{}|{}|{}|{}|{}|{}|", spec.context, R, n_base, spec.key_tokens,
-                               spec.value_tokens, spec.seed, spec.position_offset, spec.middle);
+  std::string id = fmt::format("needle|{}|{}|{}|{}|{}|{}|{}|{}|{}|", spec.context, R, n_base, spec.key_tokens,
+                               spec.value_tokens, spec.seed, spec.position_offset, spec.middle, d.n_records);
   auto add = [&](const std::vector<int>& t) {
     for (int x : t) id += std::to_string(x) + ",";
     id += ";";

@@ -52,6 +52,7 @@ struct NeedleSpec {
   // Needs verify = false: a cut passage need not survive decode + re-encode, so a server that tokenizes
   // text could see other tokens.
   std::vector<std::vector<int>> passages;
+  int max_records = 0;  // at most this many records (0: as many as fit); the filler after them takes the rest
 };
 
 // The measured token pieces (every piece in context).
