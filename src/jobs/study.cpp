@@ -93,9 +93,9 @@ StudyRow row_of_model(const StudyRun& run, const LoadedModel& trained, bool toy)
 // A language model's needle (probe/needle.h) in natural-text filler: context / 8 four-token records
 // " key: name\n" of the corpus's lookup words (64 at 512 tokens, as many as the lookup has), cut into a
 // validation passage after its first 1 + s tokens (s < 2R), the passage going on after them to fill the
-// context (about 200 of 512 tokens), then "Recall:" and the target key; one prompt per residue of the target
-// key's position in every base example; the model reads the token ids, so
-// nothing re-tokenizes the cut text. Journaled in DIR/eval/needle-n<samples>.
+// context (measured at 512: 249 passage tokens, at least 200 of them after the records), then "Recall:" and
+// the target key; one prompt per residue of the target key's position in every base example; the model reads
+// the token ids, so nothing re-tokenizes the cut text. Journaled in DIR/eval/needle-n<samples>.
 StudyProtocol study_needle(const LoadedModel& trained, const std::string& label, const Corpus& corpus, int R,
                            int64_t samples, bool fresh, const std::string& dir) {
   NeedleSpec spec;

@@ -73,7 +73,7 @@ std::vector<int> render_tokens(const NeedleDesign& d, int b, int s, int64_t* tar
     append(&t, v.delimiter);
   }
   if (passage)
-    pass(1 + s, 2 * R + 1 + d.rest);
+    pass(1 + s, d.filler_tokens());
   else
     append(&t, v.filler, 1 + (2 * R - 1 - s) + d.rest);
   append(&t, v.filler_end);
@@ -299,10 +299,10 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
       fail("needle passages", "natural-text filler is cut at every shift, so the prompts need not re-encode",
            "feed the token ids to the model (a backend in this process) and set verify = false");
     for (size_t i = 0; i < spec.passages.size(); ++i)
-      if (int64_t(spec.passages[i].size()) < 2 * R + 1 + d.rest)
+      if (int64_t(spec.passages[i].size()) < d.filler_tokens())
         fail(fmt::format("needle passage {}", i),
              fmt::format("{} tokens, fewer than the {} filler tokens of a {}-token prompt",
-                         spec.passages[i].size(), 2 * R + 1 + d.rest, spec.context),
+                         spec.passages[i].size(), d.filler_tokens(), spec.context),
              "give passages at least as long as the context");
   }
 
@@ -399,7 +399,7 @@ NeedleDesign needle_build(const NeedleSpec& spec, const TokenSource& ts, std::os
   for (const auto& k : v.keys) add(k);
   for (const auto& x : v.values) add(x);
   for (const NeedleBase& b : d.bases) id += std::to_string(b.attempt);
-  for (const auto& p : spec.passages) add(std::vector<int>(p.begin(), p.begin() + (2 * R + 1 + d.rest)));
+  for (const auto& p : spec.passages) add(std::vector<int>(p.begin(), p.begin() + d.filler_tokens()));
   d.fingerprint = fmt::format("needle ctx={} R={} n={} rec={} seed={} off={} pieces={}", spec.context, R,
                               n_base, d.record_tokens, spec.seed, spec.position_offset, hash_hex(fnv1a(id)));
   if (log)
@@ -453,7 +453,7 @@ std::string needle_format_design(const NeedleDesign& d) {
       "records: {} of {} tokens (key {}, separator {}, value {}, delimiter {}), target in the middle "
       "{:.0f}% of them, {} filler tokens per prompt ({} of them after the records in every prompt)\n",
       d.n_records, d.record_tokens, s.key_tokens, d.vocab.separator.size(), s.value_tokens,
-      d.vocab.delimiter.size(), 200 * s.middle, 2 * s.R + 1 + d.rest, d.rest);
+      d.vocab.delimiter.size(), 200 * s.middle, d.filler_tokens(), d.rest);
   o << fmt::format("candidates: {} keys, {} values; filler {}; BOS {}; position offset {}; fingerprint {}\n",
                    d.vocab.keys.size(), d.vocab.values.size(),
                    s.passages.empty() ? show(d.vocab.filler_text)

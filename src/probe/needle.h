@@ -83,6 +83,7 @@ struct NeedleDesign {
   int redrawn = 0;          // base examples drawn again after the stability check
   std::string fingerprint;  // spec + tokenizer pieces: journals refuse other designs
   int64_t samples() const { return int64_t(bases.size()) * spec.R; }
+  int64_t filler_tokens() const { return 2 * spec.R + 1 + rest; }  // per prompt, before and after the records
 };
 
 // The built-in candidate words (common English nouns).
