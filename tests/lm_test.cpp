@@ -327,6 +327,38 @@ TEST(LanguageModel, StudyGridInTwoShards) {
   EXPECT_EQ(needle->per_residue.size(), 24u);
   EXPECT_EQ(row->strides, (std::vector<int>{8, 8}));
   EXPECT_GT(row->val_loss, 0.0);  // the language model's loss on the held-out split
+  // the flip on code: the short FP8 example at a 128-token context, 4S lengths, its margin by phase
+  ASSERT_TRUE(row->flip.has_value());
+  EXPECT_EQ(row->flip->template_name, "fp8-short");
+  EXPECT_EQ(row->flip->candidates, (std::vector<std::string>{"8", "32"}));
+  EXPECT_EQ(row->flip->L_min, 24);
+  EXPECT_EQ(row->flip->L.size(), row->flip->margin.size());
+  EXPECT_GE(row->flip->L.size(), 16u);
+  EXPECT_EQ(row->flip->S, 8);
+  EXPECT_EQ(row->flip->margin_folded.size(), 8u);
+  EXPECT_FALSE(row->flip->verdict.empty());
+  EXPECT_GT(row->flip->margin_share_null_q95, 0.0);
+  ASSERT_TRUE(merged.study.contains("flip"));
+  EXPECT_EQ(merged.study["flip"].size(), 2u);
+
+  // a row from before the flip gets it alone where its model is on disk; --no-train trains nothing else
+  const std::string a_row = study_row_path(dir + "/a", "lm-full-1kv@42");
+  const StudyRow with_flip = *study_row_read(a_row);
+  StudyRow old_row = with_flip;
+  old_row.flip.reset();
+  study_row_write(a_row, old_row);
+  StudyOptions u = o;
+  u.out = dir + "/a", u.shard_k = 1, u.shard_n = 1, u.train = false;
+  const StudyResult up = study_run(u);
+  EXPECT_TRUE(up.failed.empty());
+  EXPECT_EQ(up.missing, std::vector<std::string>{"lm-w8s8-1kv@42"});  // not trained here, and not now
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "a" / "runs" / "lm-w8s8-1kv@42"));
+  const StudyRow again = *study_row_read(a_row);
+  ASSERT_TRUE(again.flip.has_value());
+  EXPECT_EQ(again.flip->L, with_flip.flip->L);  // its journal resumed: the same scores
+  EXPECT_EQ(again.flip->margin, with_flip.flip->margin);
+  EXPECT_EQ(again.train_seconds, with_flip.train_seconds);
+  EXPECT_EQ(again.protocols.size(), with_flip.protocols.size());
 }
 
 }  // namespace

@@ -11,12 +11,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -280,6 +283,76 @@ TEST(FlipProbe, ATokenThatStraddlesTheFillersEndCountsInL) {
   // n = 2: "<s>" "a" "b" "\n" "=" " =\n" "c" "d" "(" "F" "P": the glued token is the 6th
   EXPECT_EQ(d.points[2].units, 2);
   EXPECT_EQ(ts.decode({d.points[2].prompt[5]}), " =\n");
+}
+
+// A flip result whose margin log p(8) - log p(32) at each L is margin(L); two families, the second offset.
+FlipResult margin_result(const std::function<double(int)>& margin) {
+  FlipResult r;
+  r.candidates = {"8", "32"};
+  r.families = {"equals", "dashes"};
+  for (int f = 0; f < 2; ++f)
+    for (int L = 24; L < 56; ++L) {
+      FlipPointResult p;
+      p.family = f;
+      p.L = L;
+      p.logprob = {-1.0 + margin(L) + 0.5 * f, -1.0};
+      r.points.push_back(p);
+    }
+  return r;
+}
+
+TEST(FlipProbe, MarginByPhaseFindsAPlantedPhaseAboveItsLineAndNoiseBelowIt) {
+  // a trend in L plus 0.5 nats at phase 7 of 8: the line is removed, the phase is found
+  const FlipPhase planted =
+      flip_margin_by_phase(margin_result([](int L) { return 0.03 * L + (L % 8 == 7 ? 0.5 : 0); }), 8, 1);
+  EXPECT_EQ(planted.points, 64);
+  ASSERT_EQ(planted.folded.size(), 8u);
+  EXPECT_EQ(planted.folded_n, std::vector<int>(8, 8));
+  EXPECT_EQ(std::max_element(planted.folded.begin(), planted.folded.end()) - planted.folded.begin(), 7);
+  EXPECT_GT(planted.share, 0.9);  // the line's residual is all phase, up to the line's pull by the spikes
+  EXPECT_NEAR(planted.range, 0.5, 0.05);
+  EXPECT_LT(planted.p_value, 0.01);
+  EXPECT_LT(planted.share_null_q95, planted.share);
+  EXPECT_NEAR(planted.margin[0], 0.03 * 24, 1e-12);  // the raw margin, family 0
+  // a line alone leaves nothing to fold
+  const FlipPhase line = flip_margin_by_phase(margin_result([](int L) { return 2.0 - 0.01 * L; }), 8, 1);
+  EXPECT_NEAR(line.share, 0.0, 1e-9);
+  EXPECT_NEAR(line.range, 0.0, 1e-9);
+  // seeded noise: no phase beyond chance, and the same seed gives the same null
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0, 0.1);
+  std::map<int, double> by_L;
+  for (int L = 24; L < 56; ++L) by_L[L] = noise(rng);
+  const FlipResult noisy = margin_result([&](int L) { return by_L[L]; });
+  const FlipPhase a = flip_margin_by_phase(noisy, 8, 3), b = flip_margin_by_phase(noisy, 8, 3);
+  EXPECT_GT(a.p_value, 0.05);
+  EXPECT_EQ(a.share_null_q95, b.share_null_q95);
+  EXPECT_EQ(a.p_value, b.p_value);
+  // an unknown log-probability drops that point; three candidates are refused
+  FlipResult unknown = noisy;
+  unknown.points[3].logprob[1] = std::nan("");
+  const FlipPhase u = flip_margin_by_phase(unknown, 8, 3);
+  EXPECT_EQ(u.points, 63);
+  EXPECT_TRUE(std::isnan(u.margin[3]));
+  FlipResult three = noisy;
+  three.candidates.push_back("4");
+  EXPECT_THROW(flip_margin_by_phase(three, 8, 3), Error);
+}
+
+TEST(FlipProbe, TheShortFp8ExampleFitsAToyContext) {
+  fake::Server s;
+  HttpPool pool(fast({s.url()}));
+  ServerTokenizer ts(pool, "fake-model");
+  const FlipDesign full = flip_build(flip_fp8_example(), ts, nullptr);
+  const FlipDesign short_form = flip_build(flip_fp8_short_example(), ts, nullptr);
+  ASSERT_EQ(short_form.points.size(), 16u);
+  EXPECT_EQ(short_form.spec.candidates, full.spec.candidates);
+  // the same ending, a far shorter prompt
+  const std::vector<int>& a = full.points[0].prompt;
+  const std::vector<int>& b = short_form.points[0].prompt;
+  EXPECT_EQ(a.back(), b.back());
+  EXPECT_LT(b.size() * 3, a.size());
+  EXPECT_LT(short_form.points.back().prompt.size(), 128u);
 }
 
 TEST(EvalOverHttp, LookupLayoutThroughTheHttpBackend) {

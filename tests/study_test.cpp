@@ -484,6 +484,48 @@ TEST(StudyCsv, FieldsWithCommasAndQuotesAreQuoted) {
   }
 }
 
+// a language model's flip survives row.json both ways (an unknown margin as null), and a flip whose lengths
+// and margins disagree is refused with the field named
+TEST(StudyRowJson, FlipRoundTripsAndAMismatchIsRefused) {
+  StudyRow row = study_row_from_json(
+      row_entry("lm-w8s8-1kv", 42, "chunked", 8, 1, prot_entry(0.3, 0.1, 0.2, 0.1, 0.1, 8, 4, {0.1, 0.2})),
+      "t");
+  StudyFlip f;
+  f.template_name = "fp8";
+  f.commit = "abc123";
+  f.candidates = {"8", "32"};
+  f.L_min = 24, f.L_max = 26;
+  f.L = {24, 25, 26};
+  f.margin = {2.0, std::nan(""), 1.5};
+  f.comparisons = 2, f.flips = 0, f.period = 1, f.follows = 2, f.baseline_follows = 2;
+  f.verdict = "pass", f.reason = "no flip", f.p_value = 1;
+  f.S = 8;
+  f.margin_folded = {0.1, -0.1};
+  f.margin_folded_n = {1, 1};
+  f.margin_range = 0.2, f.margin_share = 0.3, f.margin_share_null_q95 = 0.4, f.margin_p = 0.5;
+  row.flip = f;
+  const StudyRow back = study_row_from_json(study_row_to_json(row), "t");
+  ASSERT_TRUE(back.flip.has_value());
+  EXPECT_EQ(back.flip->template_name, "fp8");
+  EXPECT_EQ(back.flip->commit, "abc123");
+  EXPECT_EQ(back.flip->candidates, f.candidates);
+  EXPECT_EQ(back.flip->L, f.L);
+  EXPECT_EQ(back.flip->margin[0], 2.0);
+  EXPECT_TRUE(std::isnan(back.flip->margin[1]));
+  EXPECT_EQ(back.flip->margin_folded_n, f.margin_folded_n);
+  EXPECT_EQ(back.flip->margin_share_null_q95, 0.4);
+  EXPECT_EQ(back.flip->verdict, "pass");
+  json j = study_row_to_json(row);
+  j["flip"]["L"] = {24, 25};
+  try {
+    study_row_from_json(j, "runs/x/row.json");
+    ADD_FAILURE() << "a flip with 2 lengths and 3 margins was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("flip.margin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runs/x/row.json"), std::string::npos) << e.what();
+  }
+}
+
 // grid files: "seeds": N takes the first N of --seeds, "all" every one, "seed_index" one of them
 TEST(StudyGrid, GridFilesExpandSeeds) {
   const std::string dir = testutil::tmp_dir("study_grid_seeds");

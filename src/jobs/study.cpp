@@ -20,10 +20,9 @@
 #include "eval/model_backend.h"
 #include "eval/runner.h"
 #include "explain/explain.h"
+#include "jobs/study_lm.h"
 #include "jobs/study_report.h"
 #include "model/load.h"
-#include "probe/local_tokenizer_source.h"
-#include "probe/needle.h"
 #include "train/trainer.h"
 
 namespace phasescope {
@@ -90,56 +89,10 @@ StudyRow row_of_model(const StudyRun& run, const LoadedModel& trained, bool toy)
   return row;
 }
 
-// A language model's needle (probe/needle.h) in natural-text filler: context / 8 four-token records
-// " key: name\n" of the corpus's lookup words (64 at 512 tokens, as many as the lookup has), cut into a
-// validation passage after its first 1 + s tokens (s < 2R), the passage going on after them to fill the
-// context (measured at 512: 249 passage tokens, at least 200 of them after the records), then "Recall:" and
-// the target key; one prompt per residue of the target key's position in every base example; the model reads
-// the token ids, so nothing re-tokenizes the cut text. Journaled in DIR/eval/needle-n<samples>.
-StudyProtocol study_needle(const LoadedModel& trained, const std::string& label, const Corpus& corpus, int R,
-                           int64_t samples, bool fresh, const std::string& dir) {
-  NeedleSpec spec;
-  spec.context = trained.preset.task.seq_len;
-  spec.R = R;
-  spec.samples_per_group = layout_base_count(samples, R);  // as the lookup's protocols count them
-  // half the prompt in four-token records (64 at 512, as many as the lookup has); a short (toy) context is
-  // all records, since below ~32 records the residue groups' spreads cannot be balanced (measured: 16
-  // records at R = 24 leave SDs 1.3 tokens apart)
-  spec.max_records = spec.context >= 256 ? int(spec.context / 8) : 0;
-  spec.verify = false;
-  spec.header = "";  // the passage opens the prompt; a short cue before the query (a base LM continues it)
-  spec.question = "Recall:";
-  for (const LookupWord& w : corpus.lookup_keys) spec.keys.push_back(w.text);  // " cat": single tokens
-  for (const LookupWord& w : corpus.lookup_names) spec.values.push_back(w.text);
-  spec.passages =
-      corpus_passages(corpus.val, corpus.boundary_id, spec.samples_per_group, size_t(spec.context), 20261207);
-  const std::unique_ptr<TokenSource> tokens = local_tokenizer_open(corpus.tokenizer_path);
-  const NeedleDesign design = needle_build(spec, *tokens, nullptr);
-  NeedleRunOptions no;
-  no.model = label;
-  no.S = std::max(1, display_stride(trained.preset));
-  no.report = false;
-  no.fresh = fresh;
-  ModelBackend backend(trained, label);
-  return study_protocol_of(needle_run(
-      backend, design, no, (fs::path(dir) / "eval" / fmt::format("needle-n{}", samples)).string()));
-}
-
-// A finished language model's row without the needle (written before it existed), with it: the trained
-// model from DIR/model, scored on as many prompts as the row's other protocols.
-StudyRow study_add_needle(const StudyRow& old_row, const std::string& label, bool fresh,
-                          const std::string& dir) {
-  const LoadedModel trained = model_load((fs::path(dir) / "model").string());
-  const Corpus corpus = corpus_open(trained.preset.task.corpus, CorpusVerify::kSizes);
-  StudyRow row = old_row;
-  row.protocols[kStudyNeedle] = study_needle(trained, label, corpus, study_residues(trained.preset),
-                                             study_row_min_samples(old_row), fresh, dir);
-  return row;
-}
-
-// Train, evaluate and explain one run (each stage resumes); the row, not yet written.
+// Train, evaluate and explain one run (each stage resumes); the row, not yet written. A language model's
+// probe that failed is left out of the row and named in probe_failures.
 StudyRow study_one(const StudyRun& run, const StudyGrid& grid, const StudyOptions& opt,
-                   const std::string& dir) {
+                   const std::string& dir, std::vector<std::string>* probe_failures) {
   // train (or resume)
   const Preset p = study_preset(run, grid.toy);
   const std::string model_dir = (fs::path(dir) / "model").string();
@@ -200,11 +153,10 @@ StudyRow study_one(const StudyRun& run, const StudyGrid& grid, const StudyOption
                                   cl.gap_ci_percentile,
                                   cl.tokens_per_residue};
     row.deviation = corpus_deviation(trained.preset.task);
-    try {  // a needle that cannot be built does not cost the row its training: it stays without one
-      row.protocols[kStudyNeedle] = study_needle(trained, run.id(), corpus, R, samples, opt.fresh, dir);
-    } catch (const Error& e) {
-      if (opt.log)
-        *opt.log << fmt::format("    needle FAILED (the row is written without it): {}\n", e.what());
+    // the needle and the flip: one that cannot be built or scored does not cost the row its training
+    for (const std::string& f : study_lm_probes(row, trained, corpus, R, samples, opt.fresh, dir)) {
+      probe_failures->push_back(f);
+      if (opt.log) *opt.log << fmt::format("    {} FAILED (the row is written without it)\n", f);
     }
   }
   return row;
@@ -248,7 +200,7 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
   double units_left = 0;
   int to_run = 0;
   for (size_t i : todo)
-    if (opt.fresh || !fs::exists(study_row_path(res.out, grid.runs[i].id()))) {
+    if (opt.train && (opt.fresh || !fs::exists(study_row_path(res.out, grid.runs[i].id())))) {
       ++to_run;
       units_left += clock.units[i];
     }
@@ -265,25 +217,41 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
     ++done;
     if (opt.fresh) fs::remove_all(dir);
     const std::optional<StudyRow> old_row = study_row_read(row_path);
-    // a language model's row from before the needle gets it where its trained model is still on disk
-    // (run folders are not committed: elsewhere the row stands as it is)
-    const bool add_needle = old_row && old_row->copy_loss && !old_row->protocol(kStudyNeedle) &&
-                            fs::exists(fs::path(dir) / "model" / "checkpoint.safetensors");
+    // a language model's row from before a probe (needle, flip) gets it where its trained model is still on
+    // disk (run folders are not committed: elsewhere the row stands as it is)
+    const std::vector<std::string> lacks =
+        old_row && fs::exists(fs::path(dir) / "model" / "checkpoint.safetensors")
+            ? study_lm_probes_missing(*old_row)
+            : std::vector<std::string>{};
     if (old_row && study_row_min_samples(*old_row) >= samples) {
       if (log)
         *log << fmt::format("[{}/{}] {}: {}\n", done, todo.size(), run.id(),
-                            add_needle
-                                ? "row without the needle: evaluate it alone (the trained model is reused)"
-                                : "done (row.json)");
-      if (add_needle) {
-        try {  // the needle alone: nothing else of the row is computed again
-          StudyRow row = study_add_needle(*old_row, run.id(), opt.fresh, dir);
-          study_row_write(row_path, row);
+                            lacks.empty()
+                                ? std::string("done (row.json)")
+                                : fmt::format("row without the {}: score {} alone (the trained "
+                                              "model is reused)",
+                                              fmt::join(lacks, " and "), lacks.size() > 1 ? "them" : "it"));
+      if (!lacks.empty()) {
+        try {  // the missing probes alone: nothing else of the row is computed again
+          StudyRow row = *old_row;
+          const std::vector<std::string> failed = study_lm_probes_add(row, opt.fresh, dir);
+          for (const std::string& f : failed) {
+            res.failed.push_back({run.id(), f});
+            if (log) *log << fmt::format("    {} FAILED (the row is kept without it)\n", f);
+          }
+          if (failed.size() < lacks.size()) study_row_write(row_path, row);
         } catch (const Error& e) {
           res.failed.push_back({run.id(), e.what()});
           if (log) *log << fmt::format("    FAILED (the row stays as it was): {}\n", e.what());
         }
       }
+      continue;
+    }
+    if (!opt.train && (!old_row || !fs::exists(fs::path(dir) / "model" / "checkpoint.safetensors"))) {
+      if (log)
+        *log << fmt::format(
+            "[{}/{}] {}: {} (--no-train)\n", done, todo.size(), run.id(),
+            old_row ? "its trained model is not here: left as it is" : "not trained: skipped");
       continue;
     }
     if (log) {
@@ -299,7 +267,9 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
     const auto r0 = std::chrono::steady_clock::now();
     StudyRow row;
     try {
-      row = study_one(run, grid, opt, dir);
+      std::vector<std::string> probe_failures;  // recorded; the next invocation adds the probe
+      row = study_one(run, grid, opt, dir, &probe_failures);
+      for (const std::string& f : probe_failures) res.failed.push_back({run.id(), f});
     } catch (const Error& e) {
       // one run's failure does not stop an unattended grid: it is recorded, and the next invocation tries
       // it again (it has no row)
@@ -403,6 +373,25 @@ json study_json(const StudyGrid& grid, const StudyOptions& opt, const StudyResul
            {"worst_phase", r.copy_loss->worst_phase},
            {"deviation", r.deviation}});
   if (!copy.empty()) s["copy_loss"] = copy;
+  json flip = json::array();  // language models: the padding flip on code and its margin by phase
+  for (const StudyRow& r : rows)
+    if (r.flip)
+      flip.push_back({{"run", r.id},
+                      {"template", r.flip->template_name},
+                      {"L", {r.flip->L_min, r.flip->L_max}},
+                      {"verdict", r.flip->verdict},
+                      {"flips", r.flip->flips},
+                      {"period", r.flip->period},
+                      {"follows", r.flip->follows},
+                      {"baseline_follows", r.flip->baseline_follows},
+                      {"p_value", study_json_number(r.flip->p_value)},
+                      {"S", r.flip->S},
+                      {"margin_folded", study_json_numbers(r.flip->margin_folded)},
+                      {"margin_range", study_json_number(r.flip->margin_range)},
+                      {"margin_share", study_json_number(r.flip->margin_share)},
+                      {"margin_share_null_q95", study_json_number(r.flip->margin_share_null_q95)},
+                      {"margin_p", study_json_number(r.flip->margin_p)}});
+  if (!flip.empty()) s["flip"] = flip;
   return s;
 }
 

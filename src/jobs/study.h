@@ -32,7 +32,8 @@ struct StudyOptions {
   std::string out;               // "" = runs/study-<grid name>
   bool fresh = false;            // redo every run of this shard from scratch (rows, checkpoints, journals)
   bool run = true;               // false: only aggregate the rows that exist (--report-only)
-  bool report = true;            // PNG plots and report.html (needs gnuplot)
+  bool train = true;    // false: train nothing; only finish rows whose model is here (probes, more prompts)
+  bool report = true;   // PNG plots and report.html (needs gnuplot)
   int64_t samples = 0;  // evaluation prompts per protocol (0: 192 per residue: 4608 at R = 24; toy 48 per
                         // residue). A row scored on fewer is evaluated again (its trained model reused)
   std::vector<std::string> merge;  // other study output folders whose rows are copied in first

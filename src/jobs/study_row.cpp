@@ -49,6 +49,16 @@ struct RowReader {
     for (const json& x : j[key]) v.push_back(x.is_number() ? x.get<double>() : kNaN);
     return v;
   }
+  std::vector<std::string> ss(const json& j, const char* key) const {
+    std::vector<std::string> v;
+    if (!j.contains(key) || j[key].is_null()) return v;
+    if (!j[key].is_array()) bad(key, "is not a list");
+    for (const json& x : j[key]) {
+      if (!x.is_string()) bad(key, "holds something other than strings");
+      v.push_back(x.get<std::string>());
+    }
+    return v;
+  }
   Interval iv(const json& j, const char* key) const {
     const std::vector<double> v = ds(j, key);
     if (v.empty()) return {kNaN, kNaN};
@@ -249,6 +259,34 @@ StudyRow study_row_from_json(const json& j, const std::string& where) {
     cl.tokens_per_residue = rd.i(c, "tokens_per_residue");
     r.copy_loss = cl;
   }
+  if (j.contains("flip") && j["flip"].is_object()) {
+    const json& f = j["flip"];
+    StudyFlip fl;
+    fl.template_name = rd.s(f, "template");
+    fl.commit = rd.s(f, "commit");
+    fl.candidates = rd.ss(f, "candidates");
+    fl.L_min = int(rd.i(f, "L_min"));
+    fl.L_max = int(rd.i(f, "L_max"));
+    fl.L = json_get_or<std::vector<int>>(f, "L", {}, rd.where, rd.fix());
+    fl.margin = rd.ds(f, "margin");
+    fl.comparisons = int(rd.i(f, "comparisons"));
+    fl.flips = int(rd.i(f, "flips"));
+    fl.period = int(rd.i(f, "period"));
+    fl.follows = int(rd.i(f, "follows"));
+    fl.baseline_follows = int(rd.i(f, "baseline_follows"));
+    fl.verdict = rd.s(f, "verdict");
+    fl.reason = rd.s(f, "reason");
+    fl.p_value = rd.d(f, "p_value");
+    fl.S = int(rd.i(f, "S"));
+    fl.margin_folded = rd.ds(f, "margin_folded");
+    fl.margin_folded_n = json_get_or<std::vector<int>>(f, "margin_folded_n", {}, rd.where, rd.fix());
+    fl.margin_range = rd.d(f, "margin_range");
+    fl.margin_share = rd.d(f, "margin_share");
+    fl.margin_share_null_q95 = rd.d(f, "margin_share_null_q95");
+    fl.margin_p = rd.d(f, "margin_p");
+    if (fl.L.size() != fl.margin.size()) rd.bad("flip.margin", "does not hold one margin per length");
+    r.flip = fl;
+  }
   r.deviation = rd.s(j, "deviation");
   r.train_commit = rd.s(j, "train_commit");
   r.train_threads = j.value("train_threads", json(nullptr));
@@ -297,6 +335,29 @@ json study_row_to_json(const StudyRow& r) {
                       {"worst_phase", r.copy_loss->worst_phase},
                       {"gap_ci_percentile", interval(r.copy_loss->gap_ci_percentile)},
                       {"tokens_per_residue", r.copy_loss->tokens_per_residue}};
+  if (r.flip)
+    j["flip"] = {{"template", r.flip->template_name},
+                 {"commit", r.flip->commit},
+                 {"candidates", r.flip->candidates},
+                 {"L_min", r.flip->L_min},
+                 {"L_max", r.flip->L_max},
+                 {"L", r.flip->L},
+                 {"margin", nums(r.flip->margin)},
+                 {"comparisons", r.flip->comparisons},
+                 {"flips", r.flip->flips},
+                 {"period", r.flip->period},
+                 {"follows", r.flip->follows},
+                 {"baseline_follows", r.flip->baseline_follows},
+                 {"verdict", r.flip->verdict},
+                 {"reason", r.flip->reason},
+                 {"p_value", num(r.flip->p_value)},
+                 {"S", r.flip->S},
+                 {"margin_folded", nums(r.flip->margin_folded)},
+                 {"margin_folded_n", r.flip->margin_folded_n},
+                 {"margin_range", num(r.flip->margin_range)},
+                 {"margin_share", num(r.flip->margin_share)},
+                 {"margin_share_null_q95", num(r.flip->margin_share_null_q95)},
+                 {"margin_p", num(r.flip->margin_p)}};
   if (!r.deviation.empty()) j["deviation"] = r.deviation;
   if (r.upgraded_from_samples > 0) {
     j["train_commit"] = r.train_commit;

@@ -81,6 +81,25 @@ struct StudyCopyLoss {
   int64_t tokens_per_residue = 0;
 };
 
+// A language model's padding flip on code (probe/flip.h, jobs/study_lm.h): the winner judged by the audit's
+// flip rule (audit/flip_check.h), and the candidates' margin by phase (flip_margin_by_phase).
+struct StudyFlip {
+  std::string template_name;            // "fp8" (the paper's kernel) | "fp8-short" (a short context)
+  std::string commit;                   // the build that scored it (it may be added after the row's training)
+  std::vector<std::string> candidates;  // (2) "8", "32"
+  int L_min = 0, L_max = 0;
+  std::vector<int> L;          // (points) the length of each point
+  std::vector<double> margin;  // (points) log p(c0) - log p(c1), nats; NaN where unknown
+  int comparisons = 0, flips = 0;
+  int period = 0, follows = 0, baseline_follows = 0;  // the best period and how many points follow it
+  std::string verdict, reason;                        // the audit's flip rule
+  double p_value = 1;
+  int S = 0;                          // the fold of the margin (the row's display stride)
+  std::vector<double> margin_folded;  // (S) residual margin per L mod S, nats
+  std::vector<int> margin_folded_n;   // (S)
+  double margin_range = 0, margin_share = 0, margin_share_null_q95 = 0, margin_p = 1;
+};
+
 struct StudyRow {
   std::string id, preset, family, paper, tag;
   uint64_t seed = 0;
@@ -100,6 +119,7 @@ struct StudyRow {
   std::map<std::string, StudyProtocol> protocols;
   std::optional<StudyExplain> explain;
   std::optional<StudyCopyLoss> copy_loss;  // language models only
+  std::optional<StudyFlip> flip;           // language models only
   std::string deviation;  // what departs from pure pretraining (e.g. lookup rows mixed in); "" = none
   // a row evaluated again on more prompts keeps its training's provenance
   std::string train_commit;
@@ -115,7 +135,7 @@ struct StudyRow {
   int design_period() const;
 };
 
-// The protocol name of a language model's needle (study.cpp study_needle).
+// The protocol name of a language model's needle (jobs/study_lm.h).
 inline const char* const kStudyNeedle = "needle";
 
 // The row is the untagged run of preset `base` or of its language-model twin "lm-<base>" (the findings

@@ -9,12 +9,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <random>
 #include <sstream>
 #include <unordered_map>
 
 #include "core/check.h"
 #include "core/csv.h"
 #include "core/io.h"
+#include "eval/stats.h"
 #include "report/html.h"
 
 namespace phasescope {
@@ -90,6 +92,17 @@ FlipSpec flip_fp8_example() {
   s.candidates = {"8", "32"};
   s.L_min = 24;
   s.L_max = 39;
+  return s;
+}
+
+FlipSpec flip_fp8_short_example() {
+  FlipSpec s = flip_fp8_example();
+  s.template_text =
+      "# FP8 kernel\n"
+      "# {filler}\n"
+      "FP8 = \"e4m3\"\n"
+      "FP32 = \"f32\"\n"
+      "y = Cast(FP";
   return s;
 }
 
@@ -323,6 +336,80 @@ FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& r
   for (FlipPointResult& pr : r.points)
     pr.follows = pr.winner >= 0 && pr.winner == r.best.pattern[size_t(pr.L % r.best.P)];
   return r;
+}
+
+FlipPhase flip_margin_by_phase(const FlipResult& r, int S, uint64_t seed, int permutations) {
+  if (r.candidates.size() != 2 || S < 1)
+    fail("flip margin", fmt::format("{} candidates at S = {}", r.candidates.size(), S),
+         "the margin compares exactly two candidates, folded by a stride S >= 1");
+  FlipPhase ph;
+  ph.S = S;
+  // the margin, and its residual from each family's least-squares line in L
+  std::map<int, std::vector<size_t>> by_family;  // family -> indices of points with a margin
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const std::vector<double>& lp = r.points[i].logprob;
+    ph.margin.push_back(lp[0] - lp[1]);  // NaN when either is unknown
+    if (std::isfinite(ph.margin.back())) by_family[r.points[i].family].push_back(i);
+  }
+  std::vector<double> resid(r.points.size(), std::nan(""));
+  double spread = 0;  // the margins' sum of squares about their families' means
+  for (const auto& [f, idx] : by_family) {
+    double mx = 0, my = 0;
+    for (size_t i : idx) mx += r.points[i].L, my += ph.margin[i];
+    mx /= double(idx.size());
+    my /= double(idx.size());
+    double sxx = 0, sxy = 0;
+    for (size_t i : idx) {
+      sxx += (r.points[i].L - mx) * (r.points[i].L - mx);
+      sxy += (r.points[i].L - mx) * (ph.margin[i] - my);
+    }
+    const double slope = sxx > 0 ? sxy / sxx : 0;
+    for (size_t i : idx) resid[i] = ph.margin[i] - my - slope * (r.points[i].L - mx);
+    for (size_t i : idx) spread += (ph.margin[i] - my) * (ph.margin[i] - my);
+    ph.points += int(idx.size());
+  }
+  // the share of the residuals' sum of squares that the class means explain (the residuals' mean is 0)
+  auto share_of = [&](const std::vector<double>& x, std::vector<double>* folded, std::vector<int>* n) {
+    std::vector<double> sum(size_t(S), 0);
+    std::vector<int> cnt(size_t(S), 0);
+    double total = 0;
+    for (const auto& [f, idx] : by_family)
+      for (size_t i : idx) {
+        sum[size_t(r.points[i].L % S)] += x[i];
+        cnt[size_t(r.points[i].L % S)]++;
+        total += x[i] * x[i];
+      }
+    double between = 0;
+    for (int k = 0; k < S; ++k)
+      if (cnt[size_t(k)] > 0) between += sum[size_t(k)] * sum[size_t(k)] / cnt[size_t(k)];
+    if (folded)
+      for (int k = 0; k < S; ++k)
+        folded->push_back(cnt[size_t(k)] > 0 ? sum[size_t(k)] / cnt[size_t(k)] : std::nan(""));
+    if (n) *n = cnt;
+    return total > 1e-12 * spread ? between / total : 0.0;  // a line alone leaves round-off, not a phase
+  };
+  ph.share = share_of(resid, &ph.folded, &ph.folded_n);
+  double lo = INFINITY, hi = -INFINITY;
+  for (double v : ph.folded)
+    if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  ph.range = hi >= lo ? hi - lo : 0;
+  // its null: the residuals shuffled among each family's points
+  std::mt19937_64 rng(seed);
+  std::vector<double> x = resid, null;
+  int at_least = 0;
+  for (int k = 0; k < permutations; ++k) {
+    for (const auto& [f, idx] : by_family) {
+      std::vector<double> v;
+      for (size_t i : idx) v.push_back(resid[i]);
+      std::shuffle(v.begin(), v.end(), rng);
+      for (size_t j = 0; j < idx.size(); ++j) x[idx[j]] = v[j];
+    }
+    null.push_back(share_of(x, nullptr, nullptr));
+    at_least += null.back() >= ph.share;
+  }
+  ph.share_null_q95 = null.empty() ? std::nan("") : quantile(null, 0.95);
+  ph.p_value = double(1 + at_least) / double(1 + permutations);
+  return ph;
 }
 
 std::string flip_format(const FlipResult& r) {

@@ -41,6 +41,10 @@ struct FlipSpec {
 // docstring, compute_dtype = FP32, the fp8_max_inv line, ending in "T.Cast(compute_dtype, T.Cast(FP"),
 // candidates "8" and "32", L = 24..39. The connecting code is ours: the real kernel is not public.
 FlipSpec flip_fp8_example();
+// Its short form for a context too small for the whole example (a toy language model's 128 tokens with a
+// near-byte vocabulary): a comment line, the filler as a decorative comment, the FP8 and FP32 constants and
+// the cast "y = Cast(FP"; the same candidates and L range.
+FlipSpec flip_fp8_short_example();
 
 // The flip in a phasescope server's own token names (its /v1/models token space): four key-name
 // records "k0 n0 ... k3 n3", a run of filler f0, then the query k1; candidates " n1" (the record's
@@ -106,6 +110,22 @@ FlipPeriod flip_period_fit(const std::vector<FlipPointResult>& points, int P, si
 FlipResult flip_analyze(const FlipDesign& d, const std::vector<JournalRecord>& records,
                         const std::string& model);
 std::string flip_format(const FlipResult& r);  // table of winners per L and the period summary
+
+// The candidates' margin by phase, a dense signal where the winner never flips (C = 2). margin = log p(c0) -
+// log p(c1) per point with both known, less its family's least-squares line in L (a longer filler moves the
+// answer smoothly; that trend is no phase), folded by L mod S. share = the part of the residuals' sum of
+// squares that the S class means explain; its null: the same share over `permutations` seeded shuffles of
+// the residuals among each family's points, p = (1 + #{null >= share}) / (1 + permutations).
+struct FlipPhase {
+  int S = 0;
+  int points = 0;              // points with both log-probabilities known
+  std::vector<double> margin;  // (r.points) the raw margin, nats; NaN where either is unknown
+  std::vector<double> folded;  // (S) mean residual margin per L mod S; NaN where no point
+  std::vector<int> folded_n;   // (S)
+  double range = 0;            // max - min of folded (nats)
+  double share = 0, share_null_q95 = 0, p_value = 1;
+};
+FlipPhase flip_margin_by_phase(const FlipResult& r, int S, uint64_t seed, int permutations = 2000);
 
 struct FlipRunOptions {
   std::string model;

@@ -49,6 +49,9 @@ void add_study_command(CLI::App& app) {
   cmd->add_flag("--fresh", opt->fresh,
                 "redo this shard's runs from scratch (default: resume; a run with a row is done)");
   cmd->add_flag("--report-only", *report_only, "run nothing: aggregate the rows that exist");
+  cmd->add_flag("!--no-train", opt->train,
+                "train nothing: only finish the rows whose trained model is here (a probe a row lacks, more "
+                "prompts), e.g. beside another invocation that is training");
   cmd->add_flag("!--no-report", opt->report, "skip the plots and report.html");
   cmd->callback([opt, shard, report_only] {
     study_shard_parse(*shard, opt.get());
