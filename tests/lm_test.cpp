@@ -11,6 +11,7 @@
 // (scripts/js_reference.sh), as the corpus build does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -21,6 +22,7 @@
 #include "eval/layout.h"
 #include "eval/model_backend.h"
 #include "jobs/study.h"
+#include "jobs/study_lm.h"
 #include "model/linear_cross_entropy.h"
 #include "model/load.h"
 #include "model/model.h"
@@ -288,6 +290,69 @@ TEST(LanguageModel, CopyLossByPhaseAndVocabularyMismatchIsRefused) {
 }
 
 // `study` over a language-model grid at toy size (two layers), in two shards merged
+// One token per byte, except " =" (the flip's filler unit), so L grows by one per unit; BOS = 1.
+struct ByteTokens : TokenSource {
+  std::string describe() const override { return "bytes"; }
+  int bos_id() const override { return 1; }
+  std::vector<int> encode(const std::string& s) const override {
+    std::vector<int> out;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s.compare(i, 2, " =") == 0) {
+        out.push_back(2);
+        ++i;
+      } else {
+        out.push_back(3 + static_cast<unsigned char>(s[i]));
+      }
+    }
+    return out;
+  }
+  std::string decode(const std::vector<int>& t) const override {
+    std::string s;
+    for (int x : t) s += x == 2 ? std::string(" =") : x == 1 ? std::string() : std::string(1, char(x - 3));
+    return s;
+  }
+};
+
+size_t longest_flip_input(const FlipDesign& d) {
+  size_t n = 0;
+  for (const FlipPoint& p : d.points)
+    for (const std::vector<int>& c : p.candidates) n = std::max(n, p.prompt.size() + c.size());
+  return n;
+}
+
+// The LM flip's sweep: the paper's kernel where it fits (its window starting after a long docstring line),
+// the short example in a small context, its long end cut to the context, and a refusal naming both
+TEST(LanguageModel, FlipSweepFitsTheContext) {
+  const ByteTokens ts;
+  const std::string full = flip_fp8_example().template_text;
+  const int before = int(full.find("{filler}")) + 1;  // the docstring line's bytes and BOS: past L = 24
+  const StudyFlipDesign wide = study_flip_design(4096, 8, ts);
+  EXPECT_EQ(wide.name, "fp8");
+  ASSERT_EQ(wide.design.points.size(), 32u);  // 4S lengths, every one reachable
+  EXPECT_EQ(wide.design.points.front().L, before);
+  EXPECT_EQ(wide.design.points.back().L, before + 31);
+  EXPECT_EQ(wide.design.spec.P_max, 16);  // 2S, as the audit's sweep
+  const StudyFlipDesign toy = study_flip_design(128, 8, ts);
+  EXPECT_EQ(toy.name, "fp8-short");
+  EXPECT_EQ(toy.design.spec.L_min, 24);
+  EXPECT_EQ(toy.design.spec.L_max, 55);
+  EXPECT_LE(longest_flip_input(toy.design), 128u);
+  const StudyFlipDesign tight = study_flip_design(90, 8, ts);  // the long end cut: the longest input fills it
+  EXPECT_EQ(tight.name, "fp8-short");
+  EXPECT_EQ(longest_flip_input(tight.design), 90u);
+  EXPECT_GE(tight.design.points.size(), 16u);
+  EXPECT_LT(tight.design.spec.L_max, 55);
+  try {
+    study_flip_design(50, 8, ts);
+    ADD_FAILURE() << "a 50-token context was given a flip";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("fp8:"), std::string::npos) << what;
+    EXPECT_NE(what.find("fp8-short:"), std::string::npos) << what;
+    EXPECT_NE(what.find("seq_len"), std::string::npos) << what;
+  }
+}
+
 TEST(LanguageModel, StudyGridInTwoShards) {
   const std::string dir = testutil::tmp_dir("lm_study");
   const json overrides = {
@@ -359,6 +424,9 @@ TEST(LanguageModel, StudyGridInTwoShards) {
   EXPECT_EQ(again.flip->margin, with_flip.flip->margin);
   EXPECT_EQ(again.train_seconds, with_flip.train_seconds);
   EXPECT_EQ(again.protocols.size(), with_flip.protocols.size());
+  u.fresh = true;  // would delete every run and train none: refused
+  EXPECT_THROW(study_run(u), Error);
+  EXPECT_TRUE(fs::exists(a_row));
 }
 
 }  // namespace

@@ -352,7 +352,7 @@ TEST(FlipProbe, TheShortFp8ExampleFitsAToyContext) {
   const std::vector<int>& b = short_form.points[0].prompt;
   EXPECT_EQ(a.back(), b.back());
   EXPECT_LT(b.size() * 3, a.size());
-  EXPECT_LT(short_form.points.back().prompt.size(), 128u);
+  EXPECT_LT(short_form.points.back().prompt.size() + short_form.points.back().candidates[1].size(), 128u);
 }
 
 TEST(EvalOverHttp, LookupLayoutThroughTheHttpBackend) {

@@ -499,7 +499,7 @@ TEST(StudyRowJson, FlipRoundTripsAndAMismatchIsRefused) {
   f.margin = {2.0, std::nan(""), 1.5};
   f.comparisons = 2, f.flips = 0, f.period = 1, f.follows = 2, f.baseline_follows = 2;
   f.verdict = "pass", f.reason = "no flip", f.p_value = 1;
-  f.S = 8;
+  f.S = 2;
   f.margin_folded = {0.1, -0.1};
   f.margin_folded_n = {1, 1};
   f.margin_range = 0.2, f.margin_share = 0.3, f.margin_share_null_q95 = 0.4, f.margin_p = 0.5;
@@ -515,6 +515,9 @@ TEST(StudyRowJson, FlipRoundTripsAndAMismatchIsRefused) {
   EXPECT_EQ(back.flip->margin_folded_n, f.margin_folded_n);
   EXPECT_EQ(back.flip->margin_share_null_q95, 0.4);
   EXPECT_EQ(back.flip->verdict, "pass");
+  json bad_fold = study_row_to_json(row);
+  bad_fold["flip"]["S"] = 8;
+  EXPECT_THROW(study_row_from_json(bad_fold, "t"), Error);
   json j = study_row_to_json(row);
   j["flip"]["L"] = {24, 25};
   try {

@@ -100,7 +100,8 @@ StudyRow study_one(const StudyRun& run, const StudyGrid& grid, const StudyOption
   topt.out_dir = model_dir;
   topt.fresh = opt.fresh;
   if (!opt.log) topt.log = [](const std::string&) {};
-  const TrainResult tr = train_run(p, topt);
+  TrainResult tr;  // --no-train: the model on disk as it is (its row records the step it reached)
+  if (opt.train) tr = train_run(p, topt);
   if (tr.nan_stop) fail("study run " + run.id(), tr.message, "lower train.lr in its overrides and rerun");
   const LoadedModel trained = model_load(model_dir);
   StudyRow row = row_of_model(run, trained, grid.toy);
@@ -249,9 +250,9 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
     }
     if (!opt.train && (!old_row || !fs::exists(fs::path(dir) / "model" / "checkpoint.safetensors"))) {
       if (log)
-        *log << fmt::format(
-            "[{}/{}] {}: {} (--no-train)\n", done, todo.size(), run.id(),
-            old_row ? "its trained model is not here: left as it is" : "not trained: skipped");
+        *log << fmt::format("[{}/{}] {}: {} (--no-train)\n", done, todo.size(), run.id(),
+                            old_row ? "its trained model is not here: left as it is"
+                                    : "no row (not trained, or not finished): skipped");
       continue;
     }
     if (log) {
@@ -448,6 +449,9 @@ StudyResult study_run(const StudyOptions& opt) {
   if (opt.shard_n < 1 || opt.shard_k < 1 || opt.shard_k > opt.shard_n)
     fail("--shard " + std::to_string(opt.shard_k) + "/" + std::to_string(opt.shard_n), "K must be in 1..N",
          "pass --shard 1/2 on one machine and --shard 2/2 on the other");
+  if (opt.fresh && !opt.train)
+    fail("--fresh with --no-train",
+         "--fresh deletes this shard's runs and --no-train would train none of them", "pass one of the two");
   StudyResult res;
   res.out = opt.out.empty() ? "runs/study-" + grid.name : opt.out;
   io_make_dirs((fs::path(res.out) / "runs").string());

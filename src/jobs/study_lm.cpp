@@ -73,10 +73,11 @@ StudyFlip study_flip(const LoadedModel& trained, const std::string& label, const
   fo.fresh = fresh;
   fo.require_comparison = false;  // the rule below judges a sweep without winners (inconclusive)
   ModelBackend backend(trained, label);
-  const FlipResult r = flip_run(
-      backend, fd.design, fo,
-      (fs::path(dir) / "eval" / fmt::format("flip-L{}-{}", fd.design.spec.L_min, fd.design.spec.L_max))
-          .string());
+  const FlipResult r =
+      flip_run(backend, fd.design, fo,
+               (fs::path(dir) / "eval" /
+                fmt::format("flip-{}-L{}-{}", fd.name, fd.design.spec.L_min, fd.design.spec.L_max))
+                   .string());
   const FlipCheck c = flip_check(r, kFlipSeed);
   const FlipPhase ph = flip_margin_by_phase(r, S, kFlipSeed);
   StudyFlip f;
@@ -123,33 +124,38 @@ StudyFlipDesign study_flip_design(int64_t context, int S, const TokenSource& tok
   std::vector<std::string> why;
   for (auto& [name, spec] : {std::pair<std::string, FlipSpec>{"fp8", full}, {"fp8-short", short_form}}) {
     FlipSpec s = spec;
-    for (int attempt = 0; attempt < 8 && s.L_max - s.L_min + 1 >= kMinLengths; ++attempt) {
+    // the text before the filler may already pass L_min (a small vocabulary): the window starts where L can
+    const int lengths = s.L_max - s.L_min + 1;
+    const std::string before = s.template_text.substr(0, s.template_text.find("{filler}"));
+    s.L_min = std::max(s.L_min, int(tokens.encode(before).size()) + (tokens.bos_id() >= 0 ? 1 : 0));
+    s.L_max = s.L_min + lengths - 1;
+    bool decided = false;
+    for (int attempt = 0; attempt < 8 && !decided; ++attempt) {
+      if (s.L_max - s.L_min + 1 < kMinLengths) break;
       s.P_max = std::max(8, std::min(2 * S, (s.L_max - s.L_min + 1) / 2));  // as audit_flip_spec sizes it
       FlipDesign d;
       try {
         d = flip_build(s, tokens, nullptr);
       } catch (const Error& e) {
         why.push_back(fmt::format("{}: {}", name, e.what()));
-        break;
-      }
-      // a text before the filler longer than L_min (a small vocabulary): the window starts where L can
-      if (d.points.front().L > s.L_min) {
-        s.L_max += d.points.front().L - s.L_min;
-        s.L_min = d.points.front().L;
+        decided = true;
         continue;
       }
       const int64_t excess = int64_t(longest_input(d)) - context;
       if (excess <= 0 && d.points.size() >= size_t(kMinLengths)) return {name, std::move(d)};
       if (excess <= 0) {
-        why.push_back(
-            fmt::format("{}: {} lengths reachable in L {}..{}", name, d.points.size(), s.L_min, s.L_max));
-        break;
-      }
-      if (s.L_max - int(excess) - s.L_min + 1 < kMinLengths)
+        why.push_back(fmt::format("{}: only {} lengths reachable in L {}..{}", name, d.points.size(), s.L_min,
+                                  s.L_max));
+        decided = true;
+      } else if (s.L_max - int(excess) - s.L_min + 1 < kMinLengths) {
         why.push_back(
             fmt::format("{}: its prompt at L = {} takes {} tokens", name, s.L_max, longest_input(d)));
+        decided = true;
+      }
       s.L_max -= int(excess);  // the longest lengths do not fit the context
     }
+    if (!decided)
+      why.push_back(fmt::format("{}: no window of {} lengths fits after 8 tries", name, kMinLengths));
   }
   fail("the flip of a language model",
        fmt::format("neither FP8 example gives {} lengths within a context of {} tokens ({})", kMinLengths,

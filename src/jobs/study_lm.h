@@ -1,9 +1,9 @@
 // study_lm.h — a language model's own probes in the study, beside the lookup every row has: the needle in
 // natural-text filler (a protocol named kStudyNeedle) and the padding flip on code (StudyFlip). Each is
-// journaled under the run's folder (DIR/eval/needle-n<samples>, DIR/eval/flip-L<min>-<max>) and resumes; a
-// probe that cannot be built or scored costs the row nothing else: it is logged and left out, and a later
-// invocation adds it where the trained model is still on disk.
-// Not here: training, the lookup, the copy loss (study.cpp); the probes themselves (probe/).
+// journaled under the run's folder (DIR/eval/needle-n<samples>, DIR/eval/flip-<template>-L<min>-<max>) and
+// resumes; a probe that cannot be built or scored costs the row nothing else: it is logged and left out, and
+// a later invocation adds it where the trained model is still on disk. Not here: training, the lookup, the
+// copy loss (study.cpp); the probes themselves (probe/).
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -32,10 +32,10 @@ std::vector<std::string> study_lm_probes(StudyRow& row, const LoadedModel& train
 std::vector<std::string> study_lm_probes_add(StudyRow& row, bool fresh, const std::string& dir);
 
 // The flip's sweep for a language model of context `context` and stride S: the audit's (audit/flip_check.h:
-// the paper's FP8 kernel, max(16, 4S) lengths from L = 24, at most 256), the window moved up when the text
-// before the filler is already longer than 24 tokens (a small vocabulary), its longest lengths dropped until
-// the longest prompt and candidate fit the context; the short FP8 example when fewer than 16 lengths would
-// remain. Throws Error when neither gives 16.
+// the paper's FP8 kernel, max(16, 4S) lengths from L = 24, at most 256), the window started instead at the
+// tokens of the text before the filler (BOS counted) when that is longer (a small vocabulary), its longest
+// lengths dropped until the longest prompt and candidate fit the context; the short FP8 example when fewer
+// than 16 lengths would remain. Throws Error naming each template's reason when neither gives 16.
 struct StudyFlipDesign {
   std::string name;  // "fp8" | "fp8-short"
   FlipDesign design;

@@ -285,6 +285,10 @@ StudyRow study_row_from_json(const json& j, const std::string& where) {
     fl.margin_share_null_q95 = rd.d(f, "margin_share_null_q95");
     fl.margin_p = rd.d(f, "margin_p");
     if (fl.L.size() != fl.margin.size()) rd.bad("flip.margin", "does not hold one margin per length");
+    if (fl.candidates.size() != 2)
+      rd.bad("flip.candidates", "does not hold the two candidates the margin compares");
+    if (fl.margin_folded.size() != size_t(fl.S) || fl.margin_folded_n.size() != fl.margin_folded.size())
+      rd.bad("flip.margin_folded", "does not hold one value and one count per phase 0..S-1");
     r.flip = fl;
   }
   r.deviation = rd.s(j, "deviation");

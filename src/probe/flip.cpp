@@ -351,20 +351,30 @@ FlipPhase flip_margin_by_phase(const FlipResult& r, int S, uint64_t seed, int pe
     ph.margin.push_back(lp[0] - lp[1]);  // NaN when either is unknown
     if (std::isfinite(ph.margin.back())) by_family[r.points[i].family].push_back(i);
   }
-  std::vector<double> resid(r.points.size(), std::nan(""));
+  // y less each family's least-squares line in L (at the points with a margin; NaN elsewhere)
+  auto detrend = [&](const std::vector<double>& y) {
+    std::vector<double> out(r.points.size(), std::nan(""));
+    for (const auto& [f, idx] : by_family) {
+      double mx = 0, my = 0;
+      for (size_t i : idx) mx += r.points[i].L, my += y[i];
+      mx /= double(idx.size());
+      my /= double(idx.size());
+      double sxx = 0, sxy = 0;
+      for (size_t i : idx) {
+        sxx += (r.points[i].L - mx) * (r.points[i].L - mx);
+        sxy += (r.points[i].L - mx) * (y[i] - my);
+      }
+      const double slope = sxx > 0 ? sxy / sxx : 0;
+      for (size_t i : idx) out[i] = y[i] - my - slope * (r.points[i].L - mx);
+    }
+    return out;
+  };
+  const std::vector<double> resid = detrend(ph.margin);
   double spread = 0;  // the margins' sum of squares about their families' means
   for (const auto& [f, idx] : by_family) {
-    double mx = 0, my = 0;
-    for (size_t i : idx) mx += r.points[i].L, my += ph.margin[i];
-    mx /= double(idx.size());
+    double my = 0;
+    for (size_t i : idx) my += ph.margin[i];
     my /= double(idx.size());
-    double sxx = 0, sxy = 0;
-    for (size_t i : idx) {
-      sxx += (r.points[i].L - mx) * (r.points[i].L - mx);
-      sxy += (r.points[i].L - mx) * (ph.margin[i] - my);
-    }
-    const double slope = sxx > 0 ? sxy / sxx : 0;
-    for (size_t i : idx) resid[i] = ph.margin[i] - my - slope * (r.points[i].L - mx);
     for (size_t i : idx) spread += (ph.margin[i] - my) * (ph.margin[i] - my);
     ph.points += int(idx.size());
   }
@@ -393,7 +403,7 @@ FlipPhase flip_margin_by_phase(const FlipResult& r, int S, uint64_t seed, int pe
   for (double v : ph.folded)
     if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   ph.range = hi >= lo ? hi - lo : 0;
-  // its null: the residuals shuffled among each family's points
+  // its null (Freedman-Lane): the residuals shuffled among each family's points, their line fitted again
   std::mt19937_64 rng(seed);
   std::vector<double> x = resid, null;
   int at_least = 0;
@@ -404,7 +414,7 @@ FlipPhase flip_margin_by_phase(const FlipResult& r, int S, uint64_t seed, int pe
       std::shuffle(v.begin(), v.end(), rng);
       for (size_t j = 0; j < idx.size(); ++j) x[idx[j]] = v[j];
     }
-    null.push_back(share_of(x, nullptr, nullptr));
+    null.push_back(share_of(detrend(x), nullptr, nullptr));
     at_least += null.back() >= ph.share;
   }
   ph.share_null_q95 = null.empty() ? std::nan("") : quantile(null, 0.95);

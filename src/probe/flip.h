@@ -114,8 +114,11 @@ std::string flip_format(const FlipResult& r);  // table of winners per L and the
 // The candidates' margin by phase, a dense signal where the winner never flips (C = 2). margin = log p(c0) -
 // log p(c1) per point with both known, less its family's least-squares line in L (a longer filler moves the
 // answer smoothly; that trend is no phase), folded by L mod S. share = the part of the residuals' sum of
-// squares that the S class means explain; its null: the same share over `permutations` seeded shuffles of
-// the residuals among each family's points, p = (1 + #{null >= share}) / (1 + permutations).
+// squares that the S class means explain; its null (Freedman-Lane): the same share over `permutations`
+// seeded shuffles of the residuals among each family's points, each family's line fitted again to the
+// shuffled values; p = (1 + #{null >= share}) / (1 + permutations). Shuffling treats the lengths as
+// exchangeable; a residual that varies smoothly in L is not, so read a compressed run against its
+// full-attention twin as well.
 struct FlipPhase {
   int S = 0;
   int points = 0;              // points with both log-probabilities known
