@@ -377,21 +377,13 @@ json study_json(const StudyGrid& grid, const StudyOptions& opt, const StudyResul
   json flip = json::array();  // language models: the padding flip on code and its margin by phase
   for (const StudyRow& r : rows)
     if (r.flip)
-      flip.push_back({{"run", r.id},
-                      {"template", r.flip->template_name},
-                      {"L", {r.flip->L_min, r.flip->L_max}},
-                      {"verdict", r.flip->verdict},
-                      {"flips", r.flip->flips},
-                      {"period", r.flip->period},
-                      {"follows", r.flip->follows},
-                      {"baseline_follows", r.flip->baseline_follows},
-                      {"p_value", study_json_number(r.flip->p_value)},
-                      {"S", r.flip->S},
-                      {"margin_folded", study_json_numbers(r.flip->margin_folded)},
-                      {"margin_range", study_json_number(r.flip->margin_range)},
-                      {"margin_share", study_json_number(r.flip->margin_share)},
-                      {"margin_share_null_q95", study_json_number(r.flip->margin_share_null_q95)},
-                      {"margin_p", study_json_number(r.flip->margin_p)}});
+      if (r.flip) {
+        json e = study_flip_json(*r.flip);
+        e.erase("L");  // the per-length lists stay in the row
+        e.erase("margin");
+        e["run"] = r.id;
+        flip.push_back(e);
+      }
   if (!flip.empty()) s["flip"] = flip;
   return s;
 }

@@ -217,6 +217,31 @@ json study_protocol_summary_json(const StudyProtocol& p) {
           {"weakest_phase", p.weakest_phase}};
 }
 
+json study_flip_json(const StudyFlip& f) {
+  return {{"template", f.template_name},
+          {"commit", f.commit},
+          {"candidates", f.candidates},
+          {"L_min", f.L_min},
+          {"L_max", f.L_max},
+          {"L", f.L},
+          {"margin", nums(f.margin)},
+          {"comparisons", f.comparisons},
+          {"flips", f.flips},
+          {"period", f.period},
+          {"follows", f.follows},
+          {"baseline_follows", f.baseline_follows},
+          {"verdict", f.verdict},
+          {"reason", f.reason},
+          {"p_value", num(f.p_value)},
+          {"S", f.S},
+          {"margin_folded", nums(f.margin_folded)},
+          {"margin_folded_n", f.margin_folded_n},
+          {"margin_range", num(f.margin_range)},
+          {"margin_share", num(f.margin_share)},
+          {"margin_share_null_q95", num(f.margin_share_null_q95)},
+          {"margin_p", num(f.margin_p)}};
+}
+
 StudyRow study_row_from_json(const json& j, const std::string& where) {
   const RowReader rd{where};
   if (!j.is_object()) fail(where, "a row is a JSON object", "delete " + where + " (that run is redone)");
@@ -339,29 +364,7 @@ json study_row_to_json(const StudyRow& r) {
                       {"worst_phase", r.copy_loss->worst_phase},
                       {"gap_ci_percentile", interval(r.copy_loss->gap_ci_percentile)},
                       {"tokens_per_residue", r.copy_loss->tokens_per_residue}};
-  if (r.flip)
-    j["flip"] = {{"template", r.flip->template_name},
-                 {"commit", r.flip->commit},
-                 {"candidates", r.flip->candidates},
-                 {"L_min", r.flip->L_min},
-                 {"L_max", r.flip->L_max},
-                 {"L", r.flip->L},
-                 {"margin", nums(r.flip->margin)},
-                 {"comparisons", r.flip->comparisons},
-                 {"flips", r.flip->flips},
-                 {"period", r.flip->period},
-                 {"follows", r.flip->follows},
-                 {"baseline_follows", r.flip->baseline_follows},
-                 {"verdict", r.flip->verdict},
-                 {"reason", r.flip->reason},
-                 {"p_value", num(r.flip->p_value)},
-                 {"S", r.flip->S},
-                 {"margin_folded", nums(r.flip->margin_folded)},
-                 {"margin_folded_n", r.flip->margin_folded_n},
-                 {"margin_range", num(r.flip->margin_range)},
-                 {"margin_share", num(r.flip->margin_share)},
-                 {"margin_share_null_q95", num(r.flip->margin_share_null_q95)},
-                 {"margin_p", num(r.flip->margin_p)}};
+  if (r.flip) j["flip"] = study_flip_json(*r.flip);
   if (!r.deviation.empty()) j["deviation"] = r.deviation;
   if (r.upgraded_from_samples > 0) {
     j["train_commit"] = r.train_commit;

@@ -148,6 +148,8 @@ StudyRow study_row_from_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json study_row_to_json(const StudyRow& row);
 // The protocol's figures as study.json's "runs" entries carry them (no per-phase lists).
 nlohmann::json study_protocol_summary_json(const StudyProtocol& p);
+// A row's flip as row.json holds it; study.json's "flip" entries are the same less the per-length lists.
+nlohmann::json study_flip_json(const StudyFlip& f);
 
 // JSON of measured numbers as every study file writes them: NaN (not measured) as null.
 nlohmann::json study_json_number(double x);
