@@ -1,6 +1,7 @@
 // study_findings.h — the paper's findings judged from study rows by stated rules, each rule's text saying
 // exactly what its code computes: (a)-(g) of the paper's controlled study (design doc 1.5-1.6), (d-div)
-// the runs whose period is a proper divisor of their stride, and (mean-hides) the paper's headline.
+// the runs whose period is a proper divisor of their stride, (mean-hides) the paper's headline, and
+// (dense) the phase in a language model's signals that need no retrieval (copy loss, flip margin).
 // Plus descriptive tables with no verdict (static gates against the weak phases, tagged ablations).
 // Pure functions of rows: tests feed synthetic rows.
 // Not here: computing rows (study.cpp), the mitigation goal (study_mitigations.h).
@@ -33,6 +34,19 @@ struct MeanHides {
   // "not matched" (means or losses too far apart to compare)
   std::string judge(double mean_f, double worst_f, double loss_f, double mean_c, double worst_c,
                     double loss_c) const;
+};
+
+// (dense) on one compressed language model and its full-attention twin (same seed, KV heads and tag: the
+// same tokens in the same order): does the phase show in the signals that need no retrieval?
+struct DenseShows {
+  double max_flip_p = 0.01;   // the flip margin's phase share: permutation p at most this
+  double min_flip_ratio = 5;  // and its range at least this many times the twin's
+  std::string rule() const;   // the text of the rule, from the numbers above
+  // Per signal "shows" | "does not show" | "not measured" (either row lacks it): the copy loss shows
+  // when the compressed run's gap's 95% lower bound is above the twin's upper bound; the flip when
+  // the margin's p and range pass the bars above.
+  std::string copy(const StudyRow& compressed, const StudyRow& full) const;
+  std::string flip(const StudyRow& compressed, const StudyRow& full) const;
 };
 
 // Where the weak phases sit relative to the static gates: for each chunked W = S row with explain gates,
