@@ -401,12 +401,17 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
 
 TEST(ProbeCli, ResumeAfterKillLosesNothingAndDuplicatesNothing) {
   fake::Server s;
-  std::atomic<bool> flaky{true};
+  std::atomic<bool> flaky{true}, hold{true};
   std::atomic<int> n{0};
   s.fault = [&](const httplib::Request& q, httplib::Response& r) {
     if (q.path != "/v1/completions") return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (flaky && n++ % 5 == 2) {  // the first run: some requests fail for good (no retries)
+    if (!flaky) return false;
+    const int i = n++;
+    // the first run is held from its 64th request on until it has been killed, so it cannot finish
+    // first however the machine schedules the test (half of the 128 samples at most get journaled)
+    while (i >= 64 && hold) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (i % 5 == 2) {  // the first run: some requests fail for good (no retries)
       r.status = 500;
       return true;
     }
@@ -447,6 +452,7 @@ TEST(ProbeCli, ResumeAfterKillLosesNothingAndDuplicatesNothing) {
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
+  hold = false;  // the held requests of the dead run now answer no one
   ASSERT_TRUE(WIFSIGNALED(status)) << slurp(out + "/run1.log");
   const JournalLoad first = journal_load(journal);
   ASSERT_GE(first.lines, 24);
