@@ -1,11 +1,15 @@
 // attention_reference_test.cpp — the batched libtorch zoo against the fp64 loop reference, for
 // every variant: outputs (fp64 to 1e-10 relative, fp32 to 1e-4 relative, several batch rows and
 // start positions) and gradients (autograd of the batched module vs central finite differences
-// of the reference, to 1e-6 relative).
+// of the reference, to 1e-6 relative); full attention past one causal query block; and the fast
+// kernels (gathered products, the indexer's selection, RMSNorm and RoPE, causal query blocks) against
+// their plain tensor-op forms.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
+#include "attention/attention_blocks.h"
 #include "attention/gathered.h"
 #include "attention/rowwise.h"
 #include "attention_testing.h"
@@ -90,6 +94,60 @@ TEST_P(ReferenceTest, GradientsMatchFiniteDifferencesOfReference) {
       pm[name].data[i] -= h;
       check(name + "[" + std::to_string(i) + "]", gv[i], loss(pp, xv), loss(pm, xv));
     }
+  }
+}
+
+// Full attention longer than one causal query block (kCausalQueryBlock) takes causal_attention: the
+// module against the loop reference at T = 2 blocks + 45, at two start positions, with GQA and MHA.
+TEST(CausalBlocks, FullAttentionPastOneBlockMatchesTheReference) {
+  const int64_t T = 2 * attention_blocks::kCausalQueryBlock + 45;
+  AttnConfig mha = zoo_config(AttnKind::Full);
+  mha.n_kv_heads = mha.n_heads;
+  for (const AttnConfig& c : {zoo_config(AttnKind::Full), mha}) {
+    Attention m = make_module(c, 21);
+    RefParams P = attention_export(*m);
+    for (int64_t pos0 : {0, 7}) {
+      torch::manual_seed(30 + pos0);
+      auto x = torch::randn({2, T, c.d_model}, torch::kFloat64);
+      auto y = m->forward(x, pos0);
+      for (int b = 0; b < 2; ++b)
+        EXPECT_LT(rel_err(to_vec(y[b]), reference_attention(c, P, to_vec(x[b]), T, pos0)), 1e-10)
+            << "kv heads " << c.n_kv_heads << " pos0 " << pos0 << " row " << b;
+    }
+  }
+}
+
+// causal_attention's blocks (one query, a few, one that does not divide T, all T at once) against one
+// masked T x T softmax written out, values and the gradients of q, k and v, in fp64 with GQA.
+TEST(CausalBlocks, BlocksEqualOneMaskedSoftmaxWithGradients) {
+  const int64_t B = 2, T = 37, H = 6, Hkv = 2, D = 4;
+  torch::manual_seed(8);
+  auto opt = torch::TensorOptions().dtype(torch::kFloat64);
+  auto q = torch::randn({B, T, H, D}, opt), k = torch::randn({B, T, Hkv, D}, opt),
+       v = torch::randn({B, T, Hkv, D}, opt), g = torch::randn({B, T, H, D}, opt);
+  auto grads_of = [&](const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
+                                                        const torch::Tensor&)>& f) {
+    auto q1 = q.clone().requires_grad_(true), k1 = k.clone().requires_grad_(true),
+         v1 = v.clone().requires_grad_(true);
+    auto y = f(q1, k1, v1);
+    (y * g).sum().backward();
+    return std::vector<torch::Tensor>{y.detach(), q1.grad(), k1.grad(), v1.grad()};
+  };
+  auto dense = [&](const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1) {
+    auto kr = k1.repeat_interleave(H / Hkv, 2), vr = v1.repeat_interleave(H / Hkv, 2);  // [B, T, H, D]
+    auto s = torch::einsum("bthd,bshd->bhts", {q1, kr});
+    auto future = torch::ones({T, T}, torch::kBool).triu(1);
+    auto p = torch::softmax(s.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+    return torch::einsum("bhts,bshd->bthd", {p, vr});
+  };
+  const auto want = grads_of(dense);
+  const char* names[] = {"value", "dq", "dk", "dv"};
+  for (int64_t block : {int64_t(1), int64_t(5), int64_t(16), T, int64_t(64)}) {
+    const auto got = grads_of([&](const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1) {
+      return attention_blocks::causal_attention(q1, k1, v1, block);
+    });
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_LT(max_abs_diff(got[i], want[i]), 1e-12) << "block " << block << " " << names[i];
   }
 }
 

@@ -25,8 +25,15 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& m
   return e / torch::where(den > 0, den, torch::ones_like(den));
 }
 
+// A mask as the small tensor it was broadcast from: every dim of stride 0 (an expand) narrowed to size 1.
+torch::Tensor unexpand(torch::Tensor m) {
+  for (int64_t d = 0; d < m.dim(); ++d)
+    if (m.stride(d) == 0 && m.size(d) > 1) m = m.narrow(d, 0, 1);
+  return m;
+}
+
 // One softmax over the score parts joined on the last dim, each with its mask of allowed keys.
-// never_empty (every row allows at least one key): the fused softmax, one pass with a fused
+// never_empty (every row allows at least one key): libtorch's softmax, one pass with a fused
 // backward; otherwise masked_softmax, which gives an empty row zeros.
 torch::Tensor joint_softmax(std::vector<torch::Tensor> parts, std::vector<torch::Tensor> masks,
                             bool never_empty) {
@@ -36,13 +43,21 @@ torch::Tensor joint_softmax(std::vector<torch::Tensor> parts, std::vector<torch:
     parts.clear();
     return masked_softmax(scores, allowed);
   }
-  // each part masked on its own, then joined: its (broadcast) mask is never materialized, each part's
-  // product is released once masked and the masked parts once joined (the callers move their parts in),
-  // so the forward holds at most two score-sized tensors at a time (the joined scores and the softmax)
+  // each part masked on its own, then joined: a part gets a bias of 0 where allowed and -inf elsewhere,
+  // made at the mask's unbroadcast size (x + 0 is x exactly, so the softmax is the one of the masked
+  // scores bit for bit). A part that owns its values (the callers' products, moved in) takes the bias in
+  // place: no score-sized temporary, and no backward pass for the mask (an add passes its gradient
+  // through, where a where() writes a masked copy). A broadcast part (the sink) is added to out of place.
+  // The forward holds at most two score-sized tensors at a time (the joined scores and the softmax).
+  const double ninf = -std::numeric_limits<double>::infinity();
   std::vector<torch::Tensor> masked;
-  for (size_t i = 0; i < parts.size(); ++i) {  // where() reads the broadcast mask as it is (no negated copy)
-    masked.push_back(torch::where(
-        masks[i], parts[i], torch::full({}, -std::numeric_limits<float>::infinity(), parts[i].options())));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const torch::Tensor m = unexpand(masks[i]);
+    auto bias =
+        torch::zeros(m.sizes(), parts[i].options().requires_grad(false)).masked_fill_(m.logical_not(), ninf);
+    bool broadcast = false;
+    for (int64_t d = 0; d < parts[i].dim(); ++d) broadcast = broadcast || parts[i].stride(d) == 0;
+    masked.push_back(broadcast ? parts[i] + bias : parts[i].add_(bias));
     parts[i].reset();
   }
   auto joined = masked.size() == 1 ? masked[0] : torch::cat(masked, -1);
@@ -106,6 +121,29 @@ torch::Tensor per_query_attention(const torch::Tensor& q, const torch::Tensor& k
   return o;
 }
 
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t block) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2), G = H / Hkv;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  auto qh = q.view({B, T, Hkv, G, D}).permute({0, 2, 3, 1, 4});     // [B, Hkv, G, T, D]
+  auto kh = k.permute({0, 2, 1, 3}), vh = v.permute({0, 2, 1, 3});  // [B, Hkv, T, D]
+  std::vector<torch::Tensor> out;
+  for (int64_t t0 = 0; t0 < T; t0 += block) {
+    const int64_t t1 = std::min(T, t0 + block), Lb = t1 - t0;
+    // the block's G heads' queries stacked as rows: [B, Hkv, G*Lb, D] x [B, Hkv, D, t1]
+    auto qb = qh.narrow(3, t0, Lb).reshape({B, Hkv, G * Lb, D});
+    auto s = torch::matmul(qb, kh.narrow(2, 0, t1).transpose(-1, -2)).view({B, Hkv, G, Lb, t1});
+    // key j is visible to query t0 + i iff j <= t0 + i: a bias of 0 or -inf (x + 0 is x), [Lb, t1]
+    auto future = torch::arange(t1, iopt).view({1, t1}) > (torch::arange(Lb, iopt) + t0).view({Lb, 1});
+    s.add_(torch::zeros({Lb, t1}, s.options().requires_grad(false)).masked_fill_(future, ninf));
+    auto p = torch::softmax(s, -1).view({B, Hkv, G * Lb, t1});
+    out.push_back(torch::matmul(p, vh.narrow(2, 0, t1)).view({B, Hkv, G, Lb, D}));
+  }
+  auto o = out.size() == 1 ? out[0] : torch::cat(out, 3);  // [B, Hkv, G, T, D]
+  return o.permute({0, 3, 1, 2, 4}).reshape({B, T, H, D});
+}
+
 // One joint softmax over raw tokens (block-local), compressed entries and the sink.
 //   q:  [B, T, H, D]        k, v: [B, T, Hkv, D]      (raw tokens at pos0 + t)
 //   kc, vc: [B, N, Hkv, D]  entry_last: [N] int64      (entry n visible to p iff entry_last[n] <= p)
@@ -123,6 +161,8 @@ torch::Tensor joint_attention(const torch::Tensor& q, const torch::Tensor& k, co
   const int64_t N = kc.defined() ? kc.size(1) : 0;
   const double scale = 1.0 / std::sqrt(double(D));
   auto iopt = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  if (local.all && N == 0 && !sink.defined() && !(trace && trace->probs) && T > kCausalQueryBlock)
+    return causal_attention(q * scale, k, v);
   if (Hkv == 1 && !local.all && !local.cover_end.defined() && local.window >= 1 &&
       (N == 0 || entry_idx.defined())) {
     const bool e = N > 0;

@@ -27,8 +27,8 @@ torch::Tensor matmul_wt(const torch::Tensor& x, const torch::Tensor& w);
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);
 
 // One softmax over the score parts joined on the last dim, each with its mask of allowed keys.
-// never_empty (every row allows at least one key): the fused softmax, one pass with a fused
-// backward; otherwise masked_softmax, which gives an empty row zeros.
+// never_empty (every row allows at least one key): libtorch's softmax of the masked scores, one pass
+// with a fused backward; otherwise masked_softmax, which gives an empty row zeros.
 torch::Tensor joint_softmax(std::vector<torch::Tensor> parts, std::vector<torch::Tensor> masks,
                             bool never_empty);
 
@@ -49,6 +49,16 @@ torch::Tensor per_query_attention(const torch::Tensor& q, const torch::Tensor& k
                                   const torch::Tensor& kc, const torch::Tensor& vc,
                                   const torch::Tensor& entry_idx, int64_t window, const torch::Tensor& sink,
                                   AttnTrace* trace);
+
+// Causal attention over every earlier token (full attention with no entries and no sink), its queries
+// in blocks of `block`: the block of queries [t0, t1) reads keys [0, t1) only, so the masked half of the
+// T x T scores is mostly never formed (at T = 512 and blocks of 128, 10/16 of the products and of the
+// softmax), and without autograd one block's scores are alive at a time. The same values as the one
+// T x T softmax up to rounding (a row's sum runs over t1 keys instead of T).
+//   q [B, T, H, D] (scaled), k, v [B, T, Hkv, D]. Returns [B, T, H, D].
+constexpr int64_t kCausalQueryBlock = 128;
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t block = kCausalQueryBlock);
 
 // One joint softmax over raw tokens (block-local), compressed entries and the sink.
 //   q:  [B, T, H, D]        k, v: [B, T, Hkv, D]      (raw tokens at pos0 + t)
