@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "core/io.h"
@@ -380,9 +381,17 @@ TEST(LanguageModel, StudyGridInTwoShards) {
   EXPECT_EQ(merged.study["runs"].size(), 6u);  // two runs, three protocols (prefix, in-sequence, needle)
   ASSERT_TRUE(merged.study.contains("copy_loss"));
   EXPECT_EQ(merged.study["copy_loss"].size(), 2u);
-  bool mean_hides = false;
-  for (const json& f : merged.study["findings"]) mean_hides = mean_hides || f["id"] == "mean-hides";
-  EXPECT_TRUE(mean_hides);
+  std::map<std::string, json> findings;
+  for (const json& f : merged.study["findings"]) findings[f["id"]] = f;
+  EXPECT_TRUE(findings.count("mean-hides"));
+  // (dense): the two runs are twins (same seed and KV heads), each with the copy loss and the flip
+  ASSERT_TRUE(findings.count("dense"));
+  ASSERT_EQ(findings["dense"]["figures"].size(), 1u);
+  const json& pair = findings["dense"]["figures"][0];
+  EXPECT_EQ(pair["compressed"], "lm-w8s8-1kv@42");
+  EXPECT_EQ(pair["full"], "lm-full-1kv@42");
+  EXPECT_NE(pair["copy"], "not measured");
+  EXPECT_NE(pair["flip"], "not measured");
   const std::optional<StudyRow> row = study_row_read(study_row_path(m.out, "lm-w8s8-1kv@42"));
   ASSERT_TRUE(row.has_value());
   EXPECT_TRUE(row->copy_loss.has_value());
