@@ -246,6 +246,32 @@ TEST(StudyGrid, GridFilesExpandSeeds) {
   EXPECT_TRUE(study_grid("quick", {42}).toy);
 }
 
+// --runs picks runs of the grid by id, within the shard; an id the grid does not have is refused with the
+// flag and the grid's ids (nothing is trained here: --no-train on an empty folder)
+TEST(Study, RunsFlagSelectsByIdAndRefusesAnUnknownOne) {
+  const std::vector<StudyRun> all = study_grid("quick", {42, 43}).runs;
+  StudyOptions o;
+  o.grid = "quick";
+  o.seeds = {42, 43};
+  o.out = testutil::tmp_dir("study_runs_flag");
+  o.train = false;
+  o.report = false;
+  o.runs = {all[2].id(), all[5].id()};
+  std::ostringstream log;
+  o.log = &log;
+  const StudyResult r = study_run(o);
+  EXPECT_NE(log.str().find("0 of this shard's 2 runs to train"), std::string::npos) << log.str();
+  EXPECT_EQ(r.missing.size(), all.size());  // nothing ran; every run of the grid is still missing
+  o.shard_k = 2, o.shard_n = 2;  // run 2 is even (shard 1/2), run 5 odd: the shard keeps one of them
+  log.str("");
+  study_run(o);
+  EXPECT_NE(log.str().find("0 of this shard's 1 runs to train"), std::string::npos) << log.str();
+  o.runs = {"w8s8-1kv@99"};
+  const std::string what = testutil::error_of([&] { study_run(o); });
+  EXPECT_NE(what.find("--runs w8s8-1kv@99"), std::string::npos) << what;
+  EXPECT_NE(what.find(all[0].id()), std::string::npos) << what;  // the fix lists the grid's ids
+}
+
 TEST(KvMemory, CountsFollowTheDesign) {
   AttnConfig full = attn_config_default(AttnKind::Full);
   full.n_kv_heads = 2;

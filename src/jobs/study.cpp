@@ -196,7 +196,10 @@ void study_run_pending(const StudyGrid& grid, const StudyOptions& opt, StudyResu
   const int64_t samples = study_samples(opt, grid, 24);
   std::vector<size_t> todo;
   for (size_t i = 0; i < grid.runs.size(); ++i)
-    if (int(i % size_t(opt.shard_n)) == opt.shard_k - 1) todo.push_back(i);
+    if (int(i % size_t(opt.shard_n)) == opt.shard_k - 1 &&
+        (opt.runs.empty() ||
+         std::find(opt.runs.begin(), opt.runs.end(), grid.runs[i].id()) != opt.runs.end()))
+      todo.push_back(i);
   WallClock clock = wall_clock_of(grid, res.out);
   double units_left = 0;
   int to_run = 0;
@@ -441,6 +444,17 @@ StudyResult study_run(const StudyOptions& opt) {
   if (opt.shard_n < 1 || opt.shard_k < 1 || opt.shard_k > opt.shard_n)
     fail("--shard " + std::to_string(opt.shard_k) + "/" + std::to_string(opt.shard_n), "K must be in 1..N",
          "pass --shard 1/2 on one machine and --shard 2/2 on the other");
+  for (const std::string& id : opt.runs) {  // --runs names runs of this grid, never a typo's empty set
+    bool known = false;
+    std::vector<std::string> ids;
+    for (const StudyRun& r : grid.runs) {
+      known = known || r.id() == id;
+      ids.push_back(r.id());
+    }
+    if (!known)
+      fail("--runs " + id, "is not a run of grid " + grid.name + " (with --seeds as given)",
+           "pass ids as in runs/<id>/: " + fmt::format("{}", fmt::join(ids, ", ")));
+  }
   if (opt.fresh && !opt.train)
     fail("--fresh with --no-train",
          "--fresh deletes this shard's runs and --no-train would train none of them", "pass one of the two");

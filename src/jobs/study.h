@@ -28,10 +28,11 @@ namespace phasescope {
 struct StudyOptions {
   std::string grid = "paper";
   std::vector<uint64_t> seeds = {42, 43, 44, 45};
-  int shard_k = 1, shard_n = 1;  // this invocation runs the runs i with i % shard_n == shard_k - 1
-  std::string out;               // "" = runs/study-<grid name>
-  bool fresh = false;            // redo every run of this shard from scratch (rows, checkpoints, journals)
-  bool run = true;               // false: only aggregate the rows that exist (--report-only)
+  int shard_k = 1, shard_n = 1;   // this invocation runs the runs i with i % shard_n == shard_k - 1
+  std::vector<std::string> runs;  // --runs: only these run ids of the grid (within the shard); empty = all
+  std::string out;                // "" = runs/study-<grid name>
+  bool fresh = false;             // redo every run of this shard from scratch (rows, checkpoints, journals)
+  bool run = true;                // false: only aggregate the rows that exist (--report-only)
   bool train = true;    // false: train nothing; only finish rows whose model is here (probes, more prompts)
   bool report = true;   // PNG plots and report.html (needs gnuplot)
   int64_t samples = 0;  // evaluation prompts per protocol (0: 192 per residue: 4608 at R = 24; toy 48 per

@@ -36,6 +36,11 @@ void add_study_command(CLI::App& app) {
          "K/N: run the runs i with i % N == K - 1 (N machines or sittings split the grid); every shard "
          "aggregates the rows that exist")
       ->capture_default_str();
+  cmd->add_option(
+         "--runs", opt->runs,
+         "only these runs of the grid, by id (e.g. lm-full-8kv@42,lm-w8s8-8kv@42; with --shard, those "
+         "of the shard); every invocation still aggregates the rows that exist")
+      ->delimiter(',');
   cmd->add_option("--out", opt->out,
                   "output directory (runs/<id>/, study.json, runs.csv, report.html); default "
                   "runs/study-<grid>");
@@ -57,6 +62,7 @@ void add_study_command(CLI::App& app) {
     study_shard_parse(*shard, opt.get());
     opt->run = !*report_only && opt->merge.empty();
     opt->command = "phasescope study --grid " + opt->grid + " --shard " + *shard;
+    if (!opt->runs.empty()) opt->command += " --runs " + fmt::format("{}", fmt::join(opt->runs, ","));
     for (const std::string& m : opt->merge) opt->command += " --merge " + m;
     opt->log = &std::cout;
     fmt::print("runtime: {}\n", runtime_describe(runtime_init()));
