@@ -151,40 +151,16 @@ TEST(StudyMitigations, GoalRuleSeedBySeed) {
 }
 
 TEST(StudyFindings, RulesOnSyntheticRows) {
-  auto prot = [](double mean, double gap, double gap_lo, double q95, int period, int weakest,
-                 std::vector<double> folded) {
-    return json{{"n", 1152},
-                {"mean", mean},
-                {"mean_ci", {mean - 0.05, mean + 0.05}},
-                {"worst", 0.1},
-                {"best", 0.1 + gap},
-                {"gap", gap},
-                {"gap_ci", {gap_lo, gap + 0.1}},
-                {"gap_ci_method", "simultaneous"},
-                {"gap_null_q95", q95},
-                {"period", period},
-                {"p_value", 1e-9},
-                {"folded", folded},
-                {"weakest_phase", weakest}};
-  };
-  auto row = [&](const std::string& preset, uint64_t seed, const std::string& kind, int S, json p) {
-    return json{{"id", preset + "@" + std::to_string(seed)},
-                {"preset", preset},
-                {"seed", seed},
-                {"tag", ""},
-                {"kind", kind},
-                {"S", S},
-                {"protocols", {{"prefix", p}}}};
-  };
+  // prefix protocols with worst residue 0.1 and the given gap; one KV head
   const std::vector<double> boundary_weak = {0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.05};
   std::vector<json> rows = {
-      row("full-1kv", 42, "full", 0, prot(0.5, 0.05, 0.0, 0.2, 0, 0, {})),
-      row("w8s8-1kv", 42, "chunked", 8, prot(0.5, 0.6, 0.45, 0.2, 8, 7, boundary_weak)),
-      row("w8s8-1kv", 43, "chunked", 8, prot(0.5, 0.6, 0.45, 0.2, 8, 7, boundary_weak)),
-      row("w8s4-1kv", 42, "chunked", 4, prot(0.6, 0.3, 0.2, 0.15, 4, 3, {})),
-      row("w8s4-1kv", 43, "chunked", 4, prot(0.6, 0.3, 0.2, 0.15, 4, 3, {})),
-      row("no-rope", 42, "chunked", 8, prot(0.3, 0.5, 0.4, 0.2, 8, 7, {})),
-      row("uniform", 42, "chunked", 8, prot(0.2, 0.1, 0.02, 0.2, 0, 7, {})),
+      row_entry("full-1kv", 42, "full", 0, 1, prot_entry(0.5, 0.1, 0.05, 0.0, 0.2, 0, 0, {})),
+      row_entry("w8s8-1kv", 42, "chunked", 8, 1, prot_entry(0.5, 0.1, 0.6, 0.45, 0.2, 8, 7, boundary_weak)),
+      row_entry("w8s8-1kv", 43, "chunked", 8, 1, prot_entry(0.5, 0.1, 0.6, 0.45, 0.2, 8, 7, boundary_weak)),
+      row_entry("w8s4-1kv", 42, "chunked", 4, 1, prot_entry(0.6, 0.1, 0.3, 0.2, 0.15, 4, 3, {})),
+      row_entry("w8s4-1kv", 43, "chunked", 4, 1, prot_entry(0.6, 0.1, 0.3, 0.2, 0.15, 4, 3, {})),
+      row_entry("no-rope", 42, "chunked", 8, 1, prot_entry(0.3, 0.1, 0.5, 0.4, 0.2, 8, 7, {})),
+      row_entry("uniform", 42, "chunked", 8, 1, prot_entry(0.2, 0.1, 0.1, 0.02, 0.2, 0, 7, {})),
   };
   std::map<std::string, std::string> v;
   for (const json& f : study_findings(typed(rows))) v[f["id"]] = f["verdict"];

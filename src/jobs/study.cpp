@@ -444,16 +444,13 @@ StudyResult study_run(const StudyOptions& opt) {
   if (opt.shard_n < 1 || opt.shard_k < 1 || opt.shard_k > opt.shard_n)
     fail("--shard " + std::to_string(opt.shard_k) + "/" + std::to_string(opt.shard_n), "K must be in 1..N",
          "pass --shard 1/2 on one machine and --shard 2/2 on the other");
-  for (const std::string& id : opt.runs) {  // --runs names runs of this grid, never a typo's empty set
-    bool known = false;
+  if (!opt.runs.empty()) {  // --runs names runs of this grid, never a typo's empty set
     std::vector<std::string> ids;
-    for (const StudyRun& r : grid.runs) {
-      known = known || r.id() == id;
-      ids.push_back(r.id());
-    }
-    if (!known)
-      fail("--runs " + id, "is not a run of grid " + grid.name + " (with --seeds as given)",
-           "pass ids as in runs/<id>/: " + fmt::format("{}", fmt::join(ids, ", ")));
+    for (const StudyRun& r : grid.runs) ids.push_back(r.id());
+    for (const std::string& id : opt.runs)
+      if (std::find(ids.begin(), ids.end(), id) == ids.end())
+        fail("--runs " + id, "is not a run of grid " + grid.name + " (with --seeds as given)",
+             "pass ids as in runs/<id>/: " + fmt::format("{}", fmt::join(ids, ", ")));
   }
   if (opt.fresh && !opt.train)
     fail("--fresh with --no-train",
